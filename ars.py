@@ -1,0 +1,609 @@
+"""Augmented Random Search (ARS V1, V2, V1-t, V2-t) for continuous control.
+
+Mania, Guy & Recht (2018), "Simple random search provides a competitive approach to
+reinforcement learning", https://arxiv.org/abs/1803.07055. The math, line by line, is in
+docs/ars.md; comments below cite its equations as "Eq. (n)".
+
+    python ars.py --env BipedalWalker-v3          # train with the environment's preset
+    python ars.py --play runs/<run-dir> --episodes 100 --video
+"""
+import argparse
+import csv
+import datetime
+import difflib
+import json
+import math
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------------------------
+
+# alpha: step size, nu: exploration noise, N: directions, b: top directions, shift: survival bonus
+# subtracted from every training reward, version: 1 (M x) or 2 (M (x - mu) / sigma).
+# MuJoCo rows: the ARS paper's hyperparameters (docs/ars.md, "Presets", gives each source).
+PRESETS = {
+    "Swimmer-v5": dict(alpha=0.02, nu=0.01, n_directions=1, top_b=1, shift=0.0, version=1),
+    "Hopper-v5": dict(alpha=0.01, nu=0.025, n_directions=8, top_b=4, shift=1.0, version=2),
+    "HalfCheetah-v5": dict(alpha=0.02, nu=0.03, n_directions=32, top_b=4, shift=0.0, version=2),
+    "Walker2d-v5": dict(alpha=0.03, nu=0.025, n_directions=40, top_b=30, shift=1.0, version=2),
+    "Ant-v5": dict(alpha=0.015, nu=0.025, n_directions=60, top_b=20, shift=1.0, version=2),
+    "Humanoid-v5": dict(alpha=0.02, nu=0.0075, n_directions=230, top_b=230, shift=5.0, version=2),
+    # Tuned in this repository (docs/ars.md, "BipedalWalker-v3"); reward clipping as in the seed.
+    "BipedalWalker-v3": dict(alpha=0.02, nu=0.03, n_directions=32, top_b=16, shift=0.0, version=2,
+                             reward_clip=1.0, iterations=1000, eval_every=10, eval_episodes=20),
+}
+GENERIC = dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version=2,
+               reward_clip=0.0, iterations=300, eval_every=10, eval_episodes=10)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not the whole usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="ars.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Augmented Random Search (Mania et al. 2018) with a linear policy.",
+        epilog="presets (any flag overrides its preset; other environments use the generic row):\n"
+        + "\n".join(f"  {k:17s} " + ", ".join(f"{a}={v}" for a, v in d.items())
+                    for k, d in list(PRESETS.items()) + [("(generic)", GENERIC)]))
+    a = p.add_argument
+    a("--env", default="BipedalWalker-v3", help="gymnasium id with a Box action space")
+    a("--seed", type=int, default=0, help="decides every random number of the run")
+    a("--iterations", type=int, help="T, number of updates of M (preset)")
+    a("--alpha", type=float, help="α, step size (typ. 0.01-0.03)")
+    a("--nu", type=float, help="ν, std of the exploration noise (typ. 0.0075-0.03)")
+    a("--n-directions", type=int, help="N, directions sampled per iteration (typ. 1-230)")
+    a("--top-b", type=int, help="b, best directions kept, b <= N (b = N: V1/V2, b < N: -t)")
+    a("--version", type=int, choices=(1, 2), help="1: a = M x; 2: a = M (x - mu) / sigma")
+    a("--shift", type=float, help="survival bonus subtracted from training rewards (typ. 0-5)")
+    a("--reward-clip", type=float, help="clip training rewards to [-c, c]; 0 turns it off")
+    a("--episode-length", type=int, help="H, steps per episode (default: the env's time limit)")
+    a("--workers", type=int, default=os.cpu_count() or 1, help="rollout processes (default: all cores)")
+    a("--out-dir", default="runs", help="where run directories are created")
+    a("--eval-every", type=int, help="evaluate the noiseless policy every K iterations (preset)")
+    a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
+    a("--save-every", type=int, default=10, help="checkpoint every K iterations")
+    a("--target-return", type=float, help="stop once the evaluation mean reaches R")
+    a("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    a("--play", metavar="RUN_DIR", help="evaluate the policy saved in RUN_DIR and exit")
+    a("--episodes", type=int, default=10, help="episodes for --play")
+    a("--video", action="store_true", help="with --play: write RUN_DIR/video/<env>.gif of one episode")
+    return p
+
+
+class UserError(Exception):
+    """A mistake in the command line or the files it names: one line, exit status 2."""
+
+
+def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill unset flags from the environment's preset, then check that they make sense."""
+    for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    checks = [(args.alpha > 0, "--alpha must be positive"), (args.nu > 0, "--nu must be positive"),
+              (args.n_directions >= 1, "--n-directions must be at least 1"),
+              (1 <= args.top_b <= args.n_directions,
+               f"--top-b must be between 1 and --n-directions ({args.n_directions}), got {args.top_b}"),
+              (args.workers >= 1, "--workers must be at least 1"),
+              (args.iterations >= 0, "--iterations must be at least 0"),
+              (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
+               "--eval-every, --eval-episodes and --save-every must be at least 1"),
+              (args.episodes >= 1, "--episodes must be at least 1"),
+              (args.reward_clip >= 0, "--reward-clip must be 0 (off) or positive"),
+              (args.episode_length is None or args.episode_length >= 1, "--episode-length must be at least 1")]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+    return args
+
+
+def check_env(env_id: str):
+    """Return (obs_dim, act_dim) or raise UserError with what to do instead."""
+    import gymnasium as gym
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
+        raise UserError(f"unknown environment '{env_id}'" + (f"; did you mean {', '.join(close)}?" if close else
+                        "; see gymnasium.registry for the registered ids"))
+    try:
+        env = gym.make(env_id)
+    except Exception as e:  # a missing extra (box2d, mujoco) or a broken install
+        raise UserError(f"cannot create '{env_id}': {str(e).splitlines()[0]}") from None
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    if not isinstance(act_space, gym.spaces.Box):
+        raise UserError(f"'{env_id}' has {type(act_space).__name__} actions; ARS needs continuous (Box) "
+                        "actions: try es_basic.py for discrete ones")
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise UserError(f"'{env_id}' observations must be a flat Box vector, got {obs_space}")
+    return obs_space.shape[0], act_space.shape[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# The math (docs/ars.md, Eqs. 1-6)
+# ----------------------------------------------------------------------------------------------
+
+def stream(seed: int, *key: int) -> np.random.Generator:
+    """An independent random stream named by what it is for, e.g. (seed, iteration, direction)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, *key]))
+
+
+TRAIN, EVAL = 0, 1  # first word of a stream key: training directions or evaluation episodes
+
+
+def sample_direction(seed: int, iteration: int, k: int, shape: tuple) -> np.ndarray:
+    """delta_k ~ N(0, I) with the shape of M; master and worker regenerate it from its name."""
+    return stream(seed, TRAIN, iteration, k).standard_normal(shape)  # (p, n)
+
+
+def select_top_b(r_plus: np.ndarray, r_minus: np.ndarray, b: int) -> np.ndarray:
+    """Eq. (4): indices of the b directions with the largest max(r+, r-), best first."""
+    return np.argsort(-np.maximum(r_plus, r_minus), kind="stable")[:b]
+
+
+def ars_update(M: np.ndarray, deltas: np.ndarray, r_plus: np.ndarray, r_minus: np.ndarray,
+               alpha: float, b: int) -> np.ndarray:
+    """Eqs. (4)-(5): M + alpha / (b sigma_R) sum_{k in top b} (r+_k - r-_k) delta_k."""
+    top = select_top_b(r_plus, r_minus, b)
+    sigma_R = np.concatenate([r_plus[top], r_minus[top]]).std()  # population std (ddof 0), as the paper
+    if not sigma_R > 0:  # all 2b returns equal: no direction is better, take no step
+        return M.copy()
+    step = np.tensordot(r_plus[top] - r_minus[top], deltas[top], axes=1)  # (p, n)
+    return M + alpha / (b * sigma_R) * step
+
+
+def merge_stats(a: tuple, b: tuple) -> tuple:
+    """Eq. (6): Chan et al.'s parallel merge of (count, mean, M2) where M2 = sum (x - mean)^2."""
+    (na, mean_a, m2_a), (nb, mean_b, m2_b) = a, b
+    n = na + nb
+    if n == 0:
+        return a
+    d = mean_b - mean_a
+    return n, mean_a + d * (nb / n), m2_a + m2_b + d * d * (na * nb / n)
+
+
+def batch_stats(x: np.ndarray) -> tuple:
+    """(count, mean, M2) of the rows of x."""
+    mean = x.mean(axis=0)
+    return x.shape[0], mean, ((x - mean) ** 2).sum(axis=0)
+
+
+def normalizer(stats: tuple, version: int):
+    """(mu, 1/sigma) of Eq. (2); V1 and empty statistics give the identity. Near-constant
+    features get 1/sigma = 0 instead of a huge gain, as in the official code."""
+    n, mean, m2 = stats
+    if version == 1 or n < 2:
+        return np.zeros_like(mean), np.ones_like(mean)
+    std = np.sqrt(m2 / n)
+    return mean, np.where(std < 1e-8, 0.0, 1.0 / np.maximum(std, 1e-8))
+
+
+# ----------------------------------------------------------------------------------------------
+# The policy and the rollouts
+# ----------------------------------------------------------------------------------------------
+
+def make_env(env_id: str, episode_length, render: bool = False):
+    import gymnasium as gym
+    kw = {"max_episode_steps": episode_length} if episode_length else {}
+    if render:
+        kw["render_mode"] = "rgb_array"
+    return gym.make(env_id, **kw)
+
+
+def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed: int,
+            shift: float = 0.0, reward_clip: float = 0.0, keep_obs: bool = False, frames=None):
+    """One episode of a = clip(M (x - mu) / sigma) (Eq. 2). Returns (return, shaped return,
+    length, observation statistics or None). The shaped return (shift, clipping) is what the
+    update sees; the plain return is what is reported."""
+    W = M * inv_sigma  # fold the normalization into the matrix: a = W x - W mu, one product per step
+    c = -W @ mu
+    low, high = env.action_space.low, env.action_space.high
+    x, _ = env.reset(seed=env_seed)
+    observed = [x] if keep_obs else None
+    total, shaped, steps = 0.0, 0.0, 0
+    while True:
+        x, r, terminated, truncated, _ = env.step(np.clip(W @ x + c, low, high))
+        steps += 1
+        total += r
+        shaped += (max(-reward_clip, min(reward_clip, r)) if reward_clip else r) - shift
+        if frames is not None:
+            frames.append(env.render())
+        if terminated or truncated:
+            break
+        if keep_obs:
+            observed.append(x)
+    stats = batch_stats(np.asarray(observed, dtype=np.float64)) if keep_obs else None
+    return float(total), float(shaped), steps, stats
+
+
+def worker_main(conn, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+    """A persistent rollout process: receives the matrix and normalizer once per iteration, then
+    direction indices or evaluation episode numbers; sends back scalars and statistics only."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
+    env = None
+    M = mu = inv_sigma = None
+    while True:
+        msg = conn.recv()
+        if msg[0] == "stop":
+            return
+        if msg[0] == "params":
+            _, iteration, M, mu, inv_sigma, nu = msg
+            continue
+        kind, index = msg
+        try:
+            env = env or make_env(env_id, episode_length)
+            if kind == "train":  # a mirrored pair on one environment seed (Eq. 3)
+                delta = sample_direction(seed, iteration, index, M.shape)
+                env_seed = int(stream(seed, TRAIN, iteration, index).integers(2**31))
+                plus = rollout(env, M + nu * delta, mu, inv_sigma, env_seed, shift, reward_clip, True)
+                minus = rollout(env, M - nu * delta, mu, inv_sigma, env_seed, shift, reward_clip, True)
+                conn.send(("train", index, plus, minus))
+            else:  # evaluation: noiseless, unshifted, and never seen by the normalizer
+                env_seed = int(stream(seed, EVAL, iteration, index).integers(2**31))
+                conn.send(("eval", index, rollout(env, M, mu, inv_sigma, env_seed)))
+        except Exception as e:  # the environment failed: tell the master instead of dying silently
+            conn.send(("error", index, f"{type(e).__name__}: {e}"))
+
+
+class WorkerPool:
+    """Worker processes started once per run; jobs are handed out one at a time to whichever
+    worker is free, so long and short episodes balance out across cores."""
+
+    def __init__(self, n: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+        ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        self.conns, self.procs = [], []
+        for _ in range(n):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=worker_main, daemon=True,
+                               args=(child, env_id, episode_length, seed, shift, reward_clip))
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def run(self, iteration: int, M, mu, inv_sigma, nu: float, jobs: list) -> dict:
+        """Broadcast the parameters, run every (kind, index) job, return {index: result}."""
+        for conn in self.conns:
+            conn.send(("params", iteration, M, mu, inv_sigma, nu))
+        pending, results, busy = list(reversed(jobs)), {}, 0
+        for conn in self.conns:
+            if pending:
+                conn.send(pending.pop())
+                busy += 1
+        while busy:
+            for conn in mp.connection.wait(self.conns):
+                try:
+                    kind, index, *out = conn.recv()
+                except (EOFError, ConnectionResetError):
+                    raise RuntimeError("a worker process died; the run stops (resume from the last "
+                                       "checkpoint with --resume)") from None
+                if kind == "error":
+                    raise RuntimeError(f"a rollout failed in a worker: {out[0]}")
+                results[index] = out
+                busy -= 1
+                if pending:
+                    conn.send(pending.pop())
+                    busy += 1
+        return results
+
+    def close(self):
+        for conn, proc in zip(self.conns, self.procs):
+            try:
+                conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+            proc.join(timeout=1)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+
+
+# ----------------------------------------------------------------------------------------------
+# Run directory: config, progress.csv, checkpoints, plot (shared with the other scripts)
+# ----------------------------------------------------------------------------------------------
+
+SHARED_COLUMNS = ["iteration", "episodes", "env_steps", "wall_time_s", "return_mean", "return_std",
+                  "return_min", "return_max", "eval_return_mean", "eval_return_std", "steps_per_s"]
+COLUMNS = SHARED_COLUMNS + ["sigma_R", "step_norm", "M_norm", "mean_length", "obs_count"]
+
+
+def versions() -> dict:
+    import gymnasium
+    out = {"python": platform.python_version(), "numpy": np.__version__, "gymnasium": gymnasium.__version__}
+    try:
+        import mujoco
+        out["mujoco"] = mujoco.__version__
+    except ImportError:
+        out["mujoco"] = None
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                                           text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["git_commit"] = None
+    return out
+
+
+def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}")
+    try:
+        os.makedirs(os.path.join(path, "checkpoints"))
+    except OSError as e:
+        raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
+                        "choose another --out-dir") from None
+    return path
+
+
+def save_npz_atomic(path: str, **arrays):
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def load_npz(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise UserError(f"no checkpoint at '{path}'")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except Exception:
+        raise UserError(f"'{path}' is not a readable checkpoint (corrupt or not an .npz file)") from None
+
+
+def write_csv_rows(path: str, rows: list, header: list):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def read_csv_rows(path: str) -> list:
+    with open(path, newline="") as f:
+        return list(csv.reader(f))[1:]
+
+
+def plot_progress(run_dir: str, rows: list, title: str):
+    """Redraw progress.png: training return (mean and range) and evaluation return."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    data = np.array([[float(v) if v not in ("", "nan") else np.nan for v in r] for r in rows]).reshape(-1, len(rows[0]))
+    steps, mean, lo, hi, ev = data[:, 2], data[:, 4], data[:, 6], data[:, 7], data[:, 8]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(steps, lo, hi, alpha=0.2, label="training return (min-max)")
+    ax.plot(steps, mean, label="training return (mean)")
+    ok = ~np.isnan(ev)
+    ax.plot(steps[ok], ev[ok], "o-", label="evaluation return (mean)")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "progress.png.tmp.png"), dpi=90)
+    plt.close(fig)
+    os.replace(os.path.join(run_dir, "progress.png.tmp.png"), os.path.join(run_dir, "progress.png"))
+
+
+def fmt_time(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+def evaluate(pool: WorkerPool, iteration: int, M, stats, args) -> np.ndarray:
+    mu, inv_sigma = normalizer(stats, args.version)
+    out = pool.run(iteration, M, mu, inv_sigma, args.nu, [("eval", j) for j in range(args.eval_episodes)])
+    return np.array([out[j][0][0] for j in range(args.eval_episodes)])
+
+
+def checkpoint(run_dir: str, state: dict, args):
+    arrays = dict(state, env=np.array(args.env), obs_count=np.array(state["stats"][0]),
+                  obs_mean=state["stats"][1], obs_m2=state["stats"][2])
+    del arrays["stats"]
+    name = os.path.join(run_dir, "checkpoints", f"iter_{state['iteration']:06d}.npz")
+    save_npz_atomic(name, **arrays)
+    save_npz_atomic(os.path.join(run_dir, "checkpoints", "latest.npz"), **arrays)
+
+
+def load_state(run_dir: str, args, obs_dim: int, act_dim: int) -> dict:
+    ck = load_npz(os.path.join(run_dir, "checkpoints", "latest.npz"))
+    need = {"M", "env", "iteration", "episodes", "env_steps", "wall_time", "obs_count", "obs_mean", "obs_m2"}
+    if not need <= set(ck):
+        raise UserError(f"'{run_dir}' checkpoint lacks {sorted(need - set(ck))}; it is not from ars.py")
+    if str(ck["env"]) != args.env:
+        raise UserError(f"the checkpoint in '{run_dir}' is for {ck['env']}, not {args.env}")
+    if ck["M"].shape != (act_dim, obs_dim) or ck["obs_mean"].shape != (obs_dim,):
+        raise UserError(f"the checkpoint's policy has shape {ck['M'].shape}, {args.env} needs {(act_dim, obs_dim)}")
+    return {"M": ck["M"], "iteration": int(ck["iteration"]), "episodes": int(ck["episodes"]),
+            "env_steps": int(ck["env_steps"]), "wall_time": float(ck["wall_time"]),
+            "stats": (float(ck["obs_count"]), ck["obs_mean"], ck["obs_m2"])}
+
+
+def train(args) -> dict:
+    """Algorithm 2 of the paper (docs/ars.md, "Pseudocode"). Returns the final state."""
+    obs_dim, act_dim = check_env(args.env)
+    if args.resume:
+        state = load_state(args.resume, args, obs_dim, act_dim)
+        run_dir = args.resume
+        rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
+    else:
+        state = {"M": np.zeros((act_dim, obs_dim)), "iteration": 0, "episodes": 0, "env_steps": 0,
+                 "wall_time": 0.0, "stats": (0, np.zeros(obs_dim), np.zeros(obs_dim))}  # M_0 = 0
+        run_dir = make_run_dir(args.out_dir, args.env, "ars", args.seed)
+        rows = []
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({**vars(args), "run_dir": run_dir, "versions": versions()}, f, indent=2)
+    write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
+    csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
+    log = csv.writer(csv_file)
+    print(f"run directory: {run_dir}", flush=True)
+    N, b, nu = args.n_directions, args.top_b, args.nu
+    pool = WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
+    last_eval, t_start, status = np.nan, time.time() - state["wall_time"], "done"
+    try:
+        while state["iteration"] < args.iterations:
+            j, M, stats = state["iteration"], state["M"], state["stats"]
+            t0 = time.time()
+            mu, inv_sigma = normalizer(stats, args.version)  # frozen for the iteration (Eq. 2)
+            out = pool.run(j, M, mu, inv_sigma, nu, [("train", k) for k in range(N)])
+            plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]
+            deltas = np.stack([sample_direction(args.seed, j, k, M.shape) for k in range(N)])  # (N, p, n)
+            r_plus, r_minus = np.array([p[1] for p in plus]), np.array([m[1] for m in minus])  # shaped
+            M_new = ars_update(M, deltas, r_plus, r_minus, args.alpha, b)  # Eqs. (4)-(5)
+            for k in range(N):  # Eq. (6), in direction order so any worker count gives the same bits
+                stats = merge_stats(merge_stats(stats, plus[k][3]), minus[k][3])
+            returns = np.array([p[0] for p in plus] + [m[0] for m in minus])
+            lengths = np.array([p[2] for p in plus] + [m[2] for m in minus])
+            if not (np.isfinite(returns).all() and np.isfinite(M_new).all() and np.isfinite(stats[1]).all()
+                    and np.isfinite(stats[2]).all()):
+                status = "diverged"
+                print(f"NaN or inf at iteration {j + 1}: the run stops; the last good checkpoint is kept "
+                      "(try a smaller --alpha or --nu)", file=sys.stderr)
+                break
+            state = {"M": M_new, "iteration": j + 1, "episodes": state["episodes"] + 2 * N,
+                     "env_steps": state["env_steps"] + int(lengths.sum()), "stats": stats,
+                     "wall_time": time.time() - t_start}
+            ev = np.array([np.nan])
+            if state["iteration"] % args.eval_every == 0 or state["iteration"] == args.iterations:
+                ev = evaluate(pool, state["iteration"], M_new, stats, args)
+                last_eval = ev.mean()
+            dt = time.time() - t0
+            row = [state["iteration"], state["episodes"], state["env_steps"], round(state["wall_time"], 2),
+                   returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
+                   ev.std() if ev.size > 1 else np.nan, int(lengths.sum()) / dt,
+                   np.concatenate([r_plus, r_minus])[np.r_[select_top_b(r_plus, r_minus, b),
+                                                           N + select_top_b(r_plus, r_minus, b)]].std(),
+                   np.linalg.norm(M_new - M), np.linalg.norm(M_new), lengths.mean(), stats[0]]
+            log.writerow(row)
+            csv_file.flush()
+            rows.append([str(v) for v in row])
+            eta = (args.iterations - state["iteration"]) * (time.time() - t_start - state["wall_time"]
+                                                            + state["wall_time"]) / max(state["iteration"], 1)
+            print(f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
+                  f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
+                  f"{int(lengths.sum()) / dt:7.0f} steps/s | {fmt_time(state['wall_time'])} | "
+                  f"ETA {fmt_time(eta)}", flush=True)
+            if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
+                checkpoint(run_dir, state, args)
+            if not np.isnan(ev).all():
+                plot_progress(run_dir, rows, f"ARS V{args.version}{'-t' if b < N else ''} on {args.env}")
+            if args.target_return is not None and last_eval >= args.target_return:
+                print(f"target {args.target_return} reached at iteration {state['iteration']}: "
+                      f"{state['episodes']} episodes, {state['env_steps']} env steps, "
+                      f"{fmt_time(state['wall_time'])}", flush=True)
+                status = "target"
+                break
+    except KeyboardInterrupt:
+        status = "interrupted"
+        print(f"\ninterrupted: resume with  python ars.py --resume {run_dir}", file=sys.stderr)
+    finally:
+        pool.close()
+        csv_file.close()
+    if status != "diverged":
+        checkpoint(run_dir, state, args)
+    if rows:
+        plot_progress(run_dir, rows, f"ARS V{args.version}{'-t' if b < N else ''} on {args.env}")
+    return dict(state, run_dir=run_dir, status=status)
+
+
+# ----------------------------------------------------------------------------------------------
+# Playing a saved policy
+# ----------------------------------------------------------------------------------------------
+
+def play(args):
+    cfg_path = os.path.join(args.play, "config.json")
+    try:
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        raise UserError(f"'{args.play}' is not an ars.py run directory (no readable config.json)") from None
+    args.env, args.version, args.episode_length = cfg["env"], cfg["version"], cfg.get("episode_length")
+    obs_dim, act_dim = check_env(args.env)
+    state = load_state(args.play, args, obs_dim, act_dim)
+    mu, inv_sigma = normalizer(state["stats"], args.version)
+    env = make_env(args.env, args.episode_length)
+    returns = np.array([rollout(env, state["M"], mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, j).integers(2**31)))[0]
+                        for j in range(args.episodes)])
+    print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
+          f"(min {returns.min():.1f}, max {returns.max():.1f}), policy of iteration {state['iteration']}")
+    if args.video:
+        path = write_gif(args, state["M"], mu, inv_sigma)
+        print(f"video: {path}")
+    return returns
+
+
+def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
+    """One evaluation episode as a GIF through Pillow (brought by matplotlib)."""
+    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"  # headless MuJoCo rendering
+    from PIL import Image
+    frames = []
+    try:
+        env = make_env(args.env, args.episode_length, render=True)
+        rollout(env, M, mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, 0).integers(2**31)), frames=frames)
+    except Exception as e:
+        raise UserError(f"cannot render {args.env}: {str(e).splitlines()[0]} (MuJoCo needs MUJOCO_GL=egl "
+                        "or osmesa without a display; Box2D needs pygame)") from None
+    os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
+    path = os.path.join(args.play, "video", f"{args.env}.gif")
+    images = [Image.fromarray(f).resize((f.shape[1] // 2, f.shape[0] // 2)) for f in frames[::every]]
+    images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=40 * every, loop=0)
+    os.replace(path + ".tmp.gif", path)
+    return path
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        if args.play:
+            resolve_config(args)
+            return play(args)
+        if args.resume:  # the saved configuration wins, except the flags that steer the run itself
+            try:
+                with open(os.path.join(args.resume, "config.json")) as f:
+                    saved = json.load(f)
+            except (OSError, ValueError):
+                raise UserError(f"'{args.resume}' is not an ars.py run directory (no readable config.json)") from None
+            given = {k for k, v in vars(args).items() if v is not None and v != build_parser().get_default(k)}
+            for key, value in saved.items():
+                if key in vars(args) and key not in given | {"resume", "workers", "iterations", "target_return"}:
+                    setattr(args, key, value)
+            if "iterations" not in given:
+                args.iterations = saved["iterations"]
+        resolve_config(args)
+        result = train(args)
+    except UserError as e:
+        print(f"ars.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except RuntimeError as e:
+        print(f"ars.py: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    if result["status"] == "diverged":
+        sys.exit(1)
+    if result["status"] == "interrupted":
+        sys.exit(130)
+    return result
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    main()

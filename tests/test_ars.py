@@ -1,0 +1,292 @@
+"""Tests of ars.py: the math, the behaviour of a run, the command line and every bad input."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ars
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*argv, timeout=240):
+    """Run ars.py as a user would; returns the finished process."""
+    return subprocess.run([sys.executable, os.path.join(ROOT, "ars.py"), *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def config(**kw):
+    """The parsed and resolved configuration of `ars.py` with these flags."""
+    argv = []
+    for key, value in kw.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return ars.resolve_config(ars.build_parser().parse_args(argv))
+
+
+# ---------------------------------------------------------------- the math
+
+
+def test_update_matches_hand_computation():
+    M = np.array([[1.0, 2.0]])
+    deltas = np.array([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 1.0]]])  # (N=3, p=1, n=2)
+    r_plus, r_minus = np.array([3.0, 1.0, 0.0]), np.array([1.0, 2.0, 5.0])
+    # b = 2 keeps directions 2 (max 5) and 0 (max 3); their 4 returns are 0, 5, 3, 1.
+    sigma_R = np.std([0.0, 5.0, 3.0, 1.0])
+    expected = M + 0.1 / (2 * sigma_R) * ((0.0 - 5.0) * deltas[2] + (3.0 - 1.0) * deltas[0])
+    np.testing.assert_allclose(ars.ars_update(M, deltas, r_plus, r_minus, alpha=0.1, b=2), expected)
+
+
+def test_update_takes_no_step_when_all_returns_are_equal():
+    M = np.ones((2, 3))
+    out = ars.ars_update(M, np.ones((4, 2, 3)), np.full(4, 7.0), np.full(4, 7.0), alpha=0.1, b=4)
+    np.testing.assert_array_equal(out, M)
+
+
+def test_top_b_keeps_the_best_directions_best_first():
+    r_plus = np.array([0.0, 9.0, 1.0, 4.0, -2.0])
+    r_minus = np.array([5.0, 0.0, 1.0, 0.0, 8.0])
+    assert list(ars.select_top_b(r_plus, r_minus, 3)) == [1, 4, 0]
+    assert sorted(ars.select_top_b(r_plus, r_minus, 5)) == [0, 1, 2, 3, 4]
+
+
+def test_statistics_merge_equals_batch_statistics():
+    rng = np.random.default_rng(0)
+    x = rng.normal(3.0, 2.0, size=(1000, 4))
+    parts = np.split(x, [1, 7, 300, 301, 999])
+    merged = (0, np.zeros(4), np.zeros(4))
+    for part in parts:
+        merged = ars.merge_stats(merged, ars.batch_stats(part))
+    n, mean, m2 = merged
+    assert n == 1000
+    np.testing.assert_allclose(mean, x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(m2 / n, x.var(axis=0), rtol=1e-10)
+
+
+def test_normalizer_v1_is_identity_and_v2_whitens():
+    x = np.random.default_rng(1).normal([1.0, -2.0, 5.0], [0.5, 3.0, 0.0], size=(500, 3))
+    stats = ars.batch_stats(x)
+    mu, inv_sigma = ars.normalizer(stats, version=1)
+    np.testing.assert_array_equal(mu, 0.0)
+    np.testing.assert_array_equal(inv_sigma, 1.0)
+    mu, inv_sigma = ars.normalizer(stats, version=2)
+    z = (x - mu) * inv_sigma
+    np.testing.assert_allclose(z[:, :2].mean(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(z[:, :2].std(axis=0), 1.0, rtol=1e-12)
+    assert inv_sigma[2] == 0.0  # a constant feature is switched off, not blown up
+
+
+def test_directions_are_regenerated_identically_from_their_name():
+    a = ars.sample_direction(3, 10, 5, (2, 4))
+    np.testing.assert_array_equal(a, ars.sample_direction(3, 10, 5, (2, 4)))
+    assert not np.allclose(a, ars.sample_direction(3, 10, 6, (2, 4)))
+    assert not np.allclose(a, ars.sample_direction(3, 11, 5, (2, 4)))
+
+
+def test_rollout_reports_plain_return_and_trains_on_shifted_clipped_one():
+    env = gym.make("Pendulum-v1")
+    M = np.zeros((1, 3))
+    total, shaped, steps, stats = ars.rollout(env, M, np.zeros(3), np.ones(3), env_seed=0, shift=1.0,
+                                              reward_clip=0.5, keep_obs=True)
+    env2 = gym.make("Pendulum-v1")
+    env2.reset(seed=0)
+    rewards = [env2.step(np.zeros(1))[1] for _ in range(200)]
+    assert steps == 200 and stats[0] == 200
+    assert total == pytest.approx(sum(rewards))
+    assert shaped == pytest.approx(sum(np.clip(rewards, -0.5, 0.5) - 1.0))
+
+
+# ---------------------------------------------------------------- behaviour of a run
+
+
+def run(tmp_path, **kw):
+    kw = {"env": "Pendulum-v1", "iterations": 4, "n_directions": 4, "top_b": 2, "eval_every": 2,
+          "eval_episodes": 2, "workers": 1, "seed": 5, "out_dir": tmp_path, **kw}
+    return ars.train(config(**kw))
+
+
+def test_same_seed_gives_identical_results_with_any_worker_count(tmp_path):
+    one = run(tmp_path / "a", workers=1)
+    two = run(tmp_path / "b", workers=2)
+    np.testing.assert_array_equal(one["M"], two["M"])
+    np.testing.assert_array_equal(one["stats"][2], two["stats"][2])
+    assert one["env_steps"] == two["env_steps"]
+    assert not np.allclose(one["M"], run(tmp_path / "c", seed=6)["M"])
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    full = run(tmp_path / "full", iterations=6)
+    half = run(tmp_path / "half", iterations=3)
+    resumed = ars.main(["--resume", half["run_dir"], "--iterations", "6", "--workers", "2"])
+    np.testing.assert_array_equal(full["M"], resumed["M"])
+    np.testing.assert_array_equal(full["stats"][1], resumed["stats"][1])
+    assert resumed["iteration"] == 6 and resumed["episodes"] == full["episodes"]
+    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
+
+
+def test_ars_raises_the_return_on_a_cheap_environment(tmp_path):
+    result = run(tmp_path, env="InvertedPendulum-v5", iterations=10, n_directions=8, top_b=4, alpha=0.5,
+                 nu=0.2, eval_every=10, eval_episodes=3, workers=2, seed=3)
+    rows = open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
+    first_mean, last_eval = float(rows[0].split(",")[4]), float(rows[-1].split(",")[8])
+    assert first_mean < 50  # a zero policy falls within a few dozen steps
+    assert last_eval > 500  # 1000 is a pendulum balanced for the whole episode
+
+
+def test_target_return_stops_the_run(tmp_path):
+    result = run(tmp_path, iterations=50, target_return=-1e9)
+    assert result["status"] == "target" and result["iteration"] == 2  # the first evaluation
+
+
+class NanEnv(gym.Env):
+    """Observes 1; the reward is the action; once |a| > 0.3 the observation becomes NaN."""
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,))
+    action_space = gym.spaces.Box(-10.0, 10.0, (1,))
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.ones(1), {}
+
+    def step(self, a):
+        self.t += 1
+        obs = np.full(1, np.nan) if abs(a[0]) > 0.3 else np.ones(1)
+        return obs, float(a[0]), False, self.t >= 5, {}
+
+
+class CrashEnv(NanEnv):
+    def step(self, a):
+        os._exit(3)  # a worker process that dies without a word
+
+
+gym.register("NanTest-v0", entry_point=NanEnv)
+gym.register("CrashTest-v0", entry_point=CrashEnv)
+
+
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    result = run(tmp_path, env="NanTest-v0", iterations=50, n_directions=2, top_b=2, alpha=0.1,
+                 nu=0.01, version=1, save_every=1)
+    assert result["status"] == "diverged" and 0 < result["iteration"] < 50
+    assert "NaN or inf" in capsys.readouterr().err
+    ck = np.load(os.path.join(result["run_dir"], "checkpoints", "latest.npz"), allow_pickle=False)
+    assert np.isfinite(ck["M"]).all() and int(ck["iteration"]) == result["iteration"]
+
+
+def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="worker process died"):
+        run(tmp_path, env="CrashTest-v0", workers=2)
+    assert time.time() - t0 < 30
+
+
+def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "ars.py"), "--env", "Pendulum-v1",
+                             "--iterations", "100000", "--workers", "2", "--save-every", "1000",
+                             "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    for line in proc.stdout:  # wait until a few iterations have run
+        if line.startswith("it ") and int(line.split()[1]) >= 3:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "--resume" in err
+    run_dir = glob.glob(str(tmp_path / "*"))[0]
+    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
+    assert int(ck["iteration"]) >= 3
+    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout
+    assert leftover.strip() == ""  # no orphan worker processes
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_help_lists_the_presets():
+    out = cli("--help")
+    assert out.returncode == 0
+    for env_id in ars.PRESETS:
+        assert env_id in out.stdout
+
+
+def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
+    out = cli("--env", "Pendulum-v1", "--iterations", "3", "--n-directions", "2", "--top-b", "1",
+              "--eval-every", "1", "--eval-episodes", "1", "--workers", "2", "--out-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__ars__0__*"))
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    assert cfg["alpha"] == ars.GENERIC["alpha"] and cfg["versions"]["numpy"] == np.__version__
+    header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    assert header.split(",") == ars.COLUMNS and len(rows) == 3
+    assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "latest.npz"))
+    assert out.stdout.count("\nit ") == 3 and "eval" in out.stdout  # one progress line per iteration
+    played = cli("--play", run_dir, "--episodes", "2", "--video")
+    assert played.returncode == 0, played.stderr
+    assert "mean return" in played.stdout
+    gif = os.path.join(run_dir, "video", "Pendulum-v1.gif")
+    assert open(gif, "rb").read(6) == b"GIF89a"
+
+
+def test_presets_fill_unset_flags_and_flags_override_them():
+    cfg = config(env="Hopper-v5")
+    assert (cfg.alpha, cfg.nu, cfg.n_directions, cfg.top_b, cfg.shift) == (0.01, 0.025, 8, 4, 1.0)
+    assert config(env="Hopper-v5", alpha=0.5).alpha == 0.5
+    assert config(env="Pendulum-v1").n_directions == ars.GENERIC["n_directions"]
+
+
+# ---------------------------------------------------------------- bad input: one line, status 2, nothing written
+
+
+def bad(tmp_path, *argv):
+    out_dir = tmp_path / "out"
+    out = cli(*argv, "--out-dir", str(out_dir), timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ars.py: error:"), out.stderr
+    assert not out_dir.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "BipedalWalker-v9"], "did you mean BipedalWalker-v3"),
+    (["--env", "CartPole-v1"], "continuous (Box) actions"),
+    (["--env", "Pendulum-v1", "--n-directions", "4", "--top-b", "5"], "--top-b"),
+    (["--env", "Pendulum-v1", "--alpha", "0"], "--alpha must be positive"),
+    (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu must be positive"),
+    (["--env", "Pendulum-v1", "--workers", "0"], "--workers"),
+    (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid int value"),
+])
+def test_bad_flags(tmp_path, argv, message):
+    assert message in bad(tmp_path, *argv)
+
+
+def test_missing_corrupt_and_mismatched_checkpoints(tmp_path):
+    assert "not an ars.py run directory" in bad(tmp_path, "--resume", str(tmp_path / "nowhere"))
+    good = run(tmp_path / "good", iterations=1)
+    latest = os.path.join(good["run_dir"], "checkpoints", "latest.npz")
+    saved = open(latest, "rb").read()
+    open(latest, "wb").write(b"not a checkpoint")
+    assert "corrupt" in bad(tmp_path, "--play", good["run_dir"])
+    os.remove(latest)
+    assert "no checkpoint" in bad(tmp_path, "--resume", good["run_dir"])
+    open(latest, "wb").write(saved)
+    cfg_path = os.path.join(good["run_dir"], "config.json")
+    cfg = json.load(open(cfg_path))
+    json.dump({**cfg, "env": "MountainCarContinuous-v0"}, open(cfg_path, "w"))
+    assert "is for Pendulum-v1, not MountainCarContinuous-v0" in bad(tmp_path, "--play", good["run_dir"])
+    np.savez(latest, **{**dict(np.load(latest)), "env": np.array("MountainCarContinuous-v0")})
+    assert "shape" in bad(tmp_path, "--play", good["run_dir"])
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    out = cli("--env", "Pendulum-v1", "--out-dir", str(blocker / "runs"), timeout=60)
+    assert out.returncode == 2 and "cannot create the run directory" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
