@@ -156,14 +156,15 @@ def select_top_b(r_plus: np.ndarray, r_minus: np.ndarray, b: int) -> np.ndarray:
 
 
 def ars_update(M: np.ndarray, deltas: np.ndarray, r_plus: np.ndarray, r_minus: np.ndarray,
-               alpha: float, b: int) -> np.ndarray:
-    """Eqs. (4)-(5): M + alpha / (b sigma_R) sum_{k in top b} (r+_k - r-_k) delta_k."""
+               alpha: float, b: int) -> tuple:
+    """Eqs. (4)-(5): M + alpha / (b sigma_R) sum_{k in top b} (r+_k - r-_k) delta_k.
+    Returns (new M, sigma_R)."""
     top = select_top_b(r_plus, r_minus, b)
-    sigma_R = np.concatenate([r_plus[top], r_minus[top]]).std()  # population std (ddof 0), as the paper
+    sigma_R = float(np.concatenate([r_plus[top], r_minus[top]]).std())  # population std (ddof 0), as the paper
     if not sigma_R > 0:  # all 2b returns equal: no direction is better, take no step
-        return M.copy()
+        return M.copy(), sigma_R
     step = np.tensordot(r_plus[top] - r_minus[top], deltas[top], axes=1)  # (p, n)
-    return M + alpha / (b * sigma_R) * step
+    return M + alpha / (b * sigma_R) * step, sigma_R
 
 
 def merge_stats(a: tuple, b: tuple) -> tuple:
@@ -438,74 +439,69 @@ def load_state(run_dir: str, args, obs_dim: int, act_dim: int) -> dict:
             "stats": (float(ck["obs_count"]), ck["obs_mean"], ck["obs_m2"])}
 
 
-def train(args) -> dict:
-    """Algorithm 2 of the paper (docs/ars.md, "Pseudocode"). Returns the final state."""
-    obs_dim, act_dim = check_env(args.env)
+def ars_iteration(pool: WorkerPool, state: dict, args) -> tuple:
+    """One iteration of Algorithm 2 (docs/ars.md, "Pseudocode"): N mirrored pairs, the update of
+    M from the top b, then the merge of the observation statistics. Returns (new state, info)."""
+    j, M, stats, N = state["iteration"], state["M"], state["stats"], args.n_directions
+    t0 = time.time()
+    mu, inv_sigma = normalizer(stats, args.version)  # frozen for the whole iteration (Eq. 2)
+    out = pool.run(j, M, mu, inv_sigma, args.nu, [("train", k) for k in range(N)])  # Eq. (3)
+    plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]
+    deltas = np.stack([sample_direction(args.seed, j, k, M.shape) for k in range(N)])  # (N, p, n)
+    r_plus, r_minus = np.array([p[1] for p in plus]), np.array([m[1] for m in minus])  # shaped returns
+    M_new, sigma_R = ars_update(M, deltas, r_plus, r_minus, args.alpha, args.top_b)  # Eqs. (4)-(5)
+    for k in range(N):  # Eq. (6), in direction order: any worker count gives the same bits
+        stats = merge_stats(merge_stats(stats, plus[k][3]), minus[k][3])
+    returns = np.array([p[0] for p in plus] + [m[0] for m in minus])  # plain returns, for the log
+    lengths = np.array([p[2] for p in plus] + [m[2] for m in minus])
+    new = {"M": M_new, "iteration": j + 1, "episodes": state["episodes"] + 2 * N,
+           "env_steps": state["env_steps"] + int(lengths.sum()), "stats": stats}
+    finite = all(np.isfinite(a).all() for a in (returns, M_new, stats[1], stats[2]))
+    return new, dict(returns=returns, lengths=lengths, sigma_R=sigma_R, step_norm=np.linalg.norm(M_new - M),
+                     train_time=time.time() - t0, finite=finite)
+
+
+def start_run(args, obs_dim: int, act_dim: int) -> tuple:
+    """A new run directory with M_0 = 0, or the state and log of the run to resume."""
     if args.resume:
         state = load_state(args.resume, args, obs_dim, act_dim)
-        run_dir = args.resume
-        rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
-    else:
-        state = {"M": np.zeros((act_dim, obs_dim)), "iteration": 0, "episodes": 0, "env_steps": 0,
-                 "wall_time": 0.0, "stats": (0, np.zeros(obs_dim), np.zeros(obs_dim))}  # M_0 = 0
-        run_dir = make_run_dir(args.out_dir, args.env, "ars", args.seed)
-        rows = []
+        rows = [r for r in read_csv_rows(os.path.join(args.resume, "progress.csv")) if int(r[0]) <= state["iteration"]]
+        return args.resume, state, rows
+    state = {"M": np.zeros((act_dim, obs_dim)), "iteration": 0, "episodes": 0, "env_steps": 0,
+             "wall_time": 0.0, "stats": (0, np.zeros(obs_dim), np.zeros(obs_dim))}
+    return make_run_dir(args.out_dir, args.env, "ars", args.seed), state, []
+
+
+def train(args) -> dict:
+    """The run: iterations, evaluations, logging and checkpoints. Returns the final state."""
+    obs_dim, act_dim = check_env(args.env)
+    run_dir, state, rows = start_run(args, obs_dim, act_dim)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump({**vars(args), "run_dir": run_dir, "versions": versions()}, f, indent=2)
     write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
     csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
-    log = csv.writer(csv_file)
     print(f"run directory: {run_dir}", flush=True)
-    N, b, nu = args.n_directions, args.top_b, args.nu
+    title = f"ARS V{args.version}{'-t' if args.top_b < args.n_directions else ''} on {args.env}"
     pool = WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
-    last_eval, t_start, status = np.nan, time.time() - state["wall_time"], "done"
+    evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
+    last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
     try:
         while state["iteration"] < args.iterations:
-            j, M, stats = state["iteration"], state["M"], state["stats"]
-            t0 = time.time()
-            mu, inv_sigma = normalizer(stats, args.version)  # frozen for the iteration (Eq. 2)
-            out = pool.run(j, M, mu, inv_sigma, nu, [("train", k) for k in range(N)])
-            plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]
-            deltas = np.stack([sample_direction(args.seed, j, k, M.shape) for k in range(N)])  # (N, p, n)
-            r_plus, r_minus = np.array([p[1] for p in plus]), np.array([m[1] for m in minus])  # shaped
-            M_new = ars_update(M, deltas, r_plus, r_minus, args.alpha, b)  # Eqs. (4)-(5)
-            for k in range(N):  # Eq. (6), in direction order so any worker count gives the same bits
-                stats = merge_stats(merge_stats(stats, plus[k][3]), minus[k][3])
-            returns = np.array([p[0] for p in plus] + [m[0] for m in minus])
-            lengths = np.array([p[2] for p in plus] + [m[2] for m in minus])
-            if not (np.isfinite(returns).all() and np.isfinite(M_new).all() and np.isfinite(stats[1]).all()
-                    and np.isfinite(stats[2]).all()):
+            new, info = ars_iteration(pool, state, args)
+            if not info["finite"]:
                 status = "diverged"
-                print(f"NaN or inf at iteration {j + 1}: the run stops; the last good checkpoint is kept "
-                      "(try a smaller --alpha or --nu)", file=sys.stderr)
+                print(f"NaN or inf at iteration {new['iteration']}: the run stops; the last good checkpoint "
+                      "is kept (try a smaller --alpha or --nu)", file=sys.stderr)
                 break
-            state = {"M": M_new, "iteration": j + 1, "episodes": state["episodes"] + 2 * N,
-                     "env_steps": state["env_steps"] + int(lengths.sum()), "stats": stats,
-                     "wall_time": time.time() - t_start}
+            state = dict(new, wall_time=time.time() - t_start)
             ev = np.array([np.nan])
             if state["iteration"] % args.eval_every == 0 or state["iteration"] == args.iterations:
-                ev = evaluate(pool, state["iteration"], M_new, stats, args)
+                ev = evaluate(pool, state["iteration"], state["M"], state["stats"], args)
                 last_eval = ev.mean()
-            dt = time.time() - t0
-            row = [state["iteration"], state["episodes"], state["env_steps"], round(state["wall_time"], 2),
-                   returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
-                   ev.std() if ev.size > 1 else np.nan, int(lengths.sum()) / dt,
-                   np.concatenate([r_plus, r_minus])[np.r_[select_top_b(r_plus, r_minus, b),
-                                                           N + select_top_b(r_plus, r_minus, b)]].std(),
-                   np.linalg.norm(M_new - M), np.linalg.norm(M_new), lengths.mean(), stats[0]]
-            log.writerow(row)
-            csv_file.flush()
-            rows.append([str(v) for v in row])
-            eta = (args.iterations - state["iteration"]) * (time.time() - t_start - state["wall_time"]
-                                                            + state["wall_time"]) / max(state["iteration"], 1)
-            print(f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
-                  f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
-                  f"{int(lengths.sum()) / dt:7.0f} steps/s | {fmt_time(state['wall_time'])} | "
-                  f"ETA {fmt_time(eta)}", flush=True)
+            rows.append(log_iteration(csv_file, state, info, ev, last_eval, args))
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args)
-            if not np.isnan(ev).all():
-                plot_progress(run_dir, rows, f"ARS V{args.version}{'-t' if b < N else ''} on {args.env}")
+                plot_progress(run_dir, rows, title)
             if args.target_return is not None and last_eval >= args.target_return:
                 print(f"target {args.target_return} reached at iteration {state['iteration']}: "
                       f"{state['episodes']} episodes, {state['env_steps']} env steps, "
@@ -521,8 +517,25 @@ def train(args) -> dict:
     if status != "diverged":
         checkpoint(run_dir, state, args)
     if rows:
-        plot_progress(run_dir, rows, f"ARS V{args.version}{'-t' if b < N else ''} on {args.env}")
+        plot_progress(run_dir, rows, title)
     return dict(state, run_dir=run_dir, status=status)
+
+
+def log_iteration(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: float, args) -> list:
+    """One row of progress.csv (flushed) and one progress line."""
+    returns, lengths = info["returns"], info["lengths"]
+    steps_per_s = lengths.sum() / info["train_time"]
+    row = [state["iteration"], state["episodes"], state["env_steps"], round(state["wall_time"], 2),
+           returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
+           ev.std() if ev.size > 1 else np.nan, round(steps_per_s, 1), info["sigma_R"], info["step_norm"],
+           np.linalg.norm(state["M"]), lengths.mean(), state["stats"][0]]
+    csv.writer(csv_file).writerow(row)
+    csv_file.flush()
+    eta = (args.iterations - state["iteration"]) * state["wall_time"] / state["iteration"]
+    print(f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
+          f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
+          f"{steps_per_s:6.0f} steps/s | {fmt_time(state['wall_time'])} | ETA {fmt_time(eta)}", flush=True)
+    return [str(v) for v in row]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -40,13 +40,16 @@ def test_update_matches_hand_computation():
     # b = 2 keeps directions 2 (max 5) and 0 (max 3); their 4 returns are 0, 5, 3, 1.
     sigma_R = np.std([0.0, 5.0, 3.0, 1.0])
     expected = M + 0.1 / (2 * sigma_R) * ((0.0 - 5.0) * deltas[2] + (3.0 - 1.0) * deltas[0])
-    np.testing.assert_allclose(ars.ars_update(M, deltas, r_plus, r_minus, alpha=0.1, b=2), expected)
+    M_new, sigma = ars.ars_update(M, deltas, r_plus, r_minus, alpha=0.1, b=2)
+    np.testing.assert_allclose(M_new, expected)
+    assert sigma == pytest.approx(sigma_R)
 
 
 def test_update_takes_no_step_when_all_returns_are_equal():
     M = np.ones((2, 3))
-    out = ars.ars_update(M, np.ones((4, 2, 3)), np.full(4, 7.0), np.full(4, 7.0), alpha=0.1, b=4)
+    out, sigma_R = ars.ars_update(M, np.ones((4, 2, 3)), np.full(4, 7.0), np.full(4, 7.0), alpha=0.1, b=4)
     np.testing.assert_array_equal(out, M)
+    assert sigma_R == 0.0
 
 
 def test_top_b_keeps_the_best_directions_best_first():
