@@ -1,0 +1,71 @@
+"""Throughput of ars.py against a bare env.step loop, and its speed-up from 1 to 2 workers.
+
+    python docs/bench/ars_throughput.py --env HalfCheetah-v5 --iterations 10
+
+Prints one Markdown table row per setting. Run it on a quiet machine: the ratios compare
+runs made one after the other in the same process.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import ars  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def bare_loop(env_id: str, episodes: int, seed: int = 0) -> float:
+    """env.step steps per second with precomputed random actions, resets included."""
+    env = ars.make_env(env_id, None)
+    rng = np.random.default_rng(seed)
+    low, high = env.action_space.low, env.action_space.high
+    actions = rng.uniform(low, high, size=(4096, *low.shape))
+    steps, t0 = 0, time.perf_counter()
+    for e in range(episodes):
+        env.reset(seed=seed + e)
+        while True:
+            _, _, terminated, truncated, _ = env.step(actions[steps % 4096])
+            steps += 1
+            if terminated or truncated:
+                break
+    return steps / (time.perf_counter() - t0)
+
+
+def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) -> float:
+    """Training env steps per second of ars.py (rollouts, update and statistics; evaluation excluded)."""
+    with tempfile.TemporaryDirectory() as out:
+        args = ars.resolve_config(ars.build_parser().parse_args(
+            ["--env", env_id, "--iterations", str(iterations), "--n-directions", str(n_directions),
+             "--top-b", str(n_directions), "--workers", str(workers), "--eval-every", str(10**6),
+             "--eval-episodes", "1", "--out-dir", out]))
+        devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
+        try:
+            ars.train(args)
+        finally:
+            sys.stdout.close()
+            sys.stdout = devnull
+        rows = ars.read_csv_rows(os.path.join(out, os.listdir(out)[0], "progress.csv"))
+    steps = np.array([float(r[2]) for r in rows])
+    per_iteration = np.diff(np.r_[0.0, steps])
+    train_time = per_iteration / np.array([float(r[10]) for r in rows])
+    return steps[-1] / train_time.sum()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="HalfCheetah-v5")
+    p.add_argument("--iterations", type=int, default=10)
+    p.add_argument("--n-directions", type=int, default=8)
+    a = p.parse_args()
+    bare = bare_loop(a.env, episodes=2 * a.n_directions)
+    one = ars_training(a.env, 1, a.iterations, a.n_directions)
+    two = ars_training(a.env, 2, a.iterations, a.n_directions)
+    print("| env | bare env.step loop (steps/s, 1 core) | ars.py, 1 worker | per-core ratio | ars.py, 2 workers | speed-up 1 -> 2 |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {a.env} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
