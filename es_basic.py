@@ -1,0 +1,581 @@
+"""Vanilla natural evolution strategies with mirrored sampling: the smallest readable ES.
+
+Salimans, Ho, Chen, Sidor & Sutskever (2017), "Evolution Strategies as a Scalable Alternative to
+Reinforcement Learning", Algorithm 1, https://arxiv.org/abs/1703.03864. The derivation, line by
+line, is in docs/es_basic.md; comments below cite its equations as "Eq. (n)".
+
+    python es_basic.py --env CartPole-v1            # solves it in well under a minute
+    python es_basic.py --play runs/<run-dir> --episodes 100 --video
+"""
+import argparse
+import csv
+import datetime
+import difflib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+import multiprocessing as mp
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------------------------
+
+# sigma: noise std, alpha: step size, population: episodes per iteration (pairs when mirrored).
+PRESETS = {
+    "CartPole-v1": dict(sigma=0.1, alpha=0.05, population=50, iterations=100, eval_every=5,
+                        eval_episodes=100, target_return=475.0),
+    "LunarLander-v3": dict(sigma=0.1, alpha=0.03, population=100, hidden="32", iterations=1000,
+                           eval_every=10, eval_episodes=100, target_return=200.0),
+}
+GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden="16", iterations=200, eval_every=10,
+               eval_episodes=20)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not the whole usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="es_basic.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+               description="Vanilla NES with mirrored sampling (Salimans et al. 2017, Algorithm 1).",
+               epilog="presets (any flag overrides its preset; other environments use the generic row):\n"
+               + "\n".join(f"  {k:15s} " + ", ".join(f"{a}={v}" for a, v in d.items())
+                           for k, d in list(PRESETS.items()) + [("(generic)", GENERIC)]))
+    a = p.add_argument
+    a("--env", default="CartPole-v1", help="gymnasium id with Discrete or Box actions")
+    a("--seed", type=int, default=0, help="decides every random number of the run")
+    a("--iterations", type=int, help="updates of theta (preset)")
+    a("--sigma", type=float, help="σ, std of the parameter noise (typ. 0.02-0.2)")
+    a("--alpha", type=float, help="α, step size (typ. 0.01-0.1)")
+    a("--population", type=int, help="n, episodes per iteration; even when mirrored (typ. 20-200)")
+    a("--no-mirror", dest="mirror", action="store_false", help="plain sampling: n independent eps_i")
+    a("--fitness", choices=("rank", "standardize", "none"), default="rank",
+          help="F_i: centered ranks in [-0.5, 0.5], standardized returns, or raw returns")
+    a("--weight-decay", type=float, default=0.0, help="λ, L2 coefficient: theta -= α λ theta (typ. 0-0.01)")
+    a("--hidden", help="hidden layer sizes, comma separated, e.g. 16 or 64,64 (preset: 16)")
+    a("--activation", choices=("tanh", "relu"), default="tanh", help="hidden nonlinearity")
+    a("--workers", type=int, default=1, help="processes for the episodes (default 1: serial)")
+    a("--out-dir", default="runs", help="where run directories are created")
+    a("--eval-every", type=int, help="evaluate theta every K iterations (preset)")
+    a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
+    a("--save-every", type=int, default=10, help="checkpoint every K iterations")
+    a("--target-return", type=float, help="stop once the evaluation mean reaches R (preset)")
+    a("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    a("--play", metavar="RUN_DIR", help="evaluate the policy saved in RUN_DIR and exit")
+    a("--episodes", type=int, default=10, help="episodes for --play")
+    a("--video", action="store_true", help="with --play: write RUN_DIR/video/<env>.gif of one episode")
+    return p
+
+
+class UserError(Exception):
+    """A mistake in the command line or the files it names: one line, exit status 2."""
+
+
+def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill unset flags from the environment's preset, then check that they make sense."""
+    for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    try:
+        args.hidden_sizes = [int(h) for h in str(args.hidden).split(",") if h.strip()]
+    except ValueError:
+        raise UserError(f"--hidden takes sizes like 16 or 64,64, got '{args.hidden}'") from None
+    checks = [(args.sigma > 0, "--sigma must be positive"), (args.alpha > 0, "--alpha must be positive"),
+              (args.population >= 1, "--population must be at least 1"),
+              (not args.mirror or args.population % 2 == 0,
+               f"--population must be even with mirrored sampling, got {args.population} (or add --no-mirror)"),
+              (all(h >= 1 for h in args.hidden_sizes), "--hidden sizes must be at least 1"),
+              (args.weight_decay >= 0, "--weight-decay must be 0 or positive"),
+              (args.workers >= 1, "--workers must be at least 1"),
+              (args.iterations >= 0, "--iterations must be at least 0"),
+              (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
+               "--eval-every, --eval-episodes and --save-every must be at least 1"),
+              (args.episodes >= 1, "--episodes must be at least 1")]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+    return args
+
+
+def check_env(env_id: str) -> tuple:
+    """Return (obs_dim, n_outputs, discrete) or raise UserError with what to do instead."""
+    import gymnasium as gym
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
+        raise UserError(f"unknown environment '{env_id}'" + (f"; did you mean {', '.join(close)}?" if close else
+                        "; see gymnasium.registry for the registered ids"))
+    try:
+        env = gym.make(env_id)
+    except Exception as e:  # a missing extra (box2d, mujoco) or a broken install
+        raise UserError(f"cannot create '{env_id}': {str(e).splitlines()[0]}") from None
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+        raise UserError(f"'{env_id}' observations must be a flat Box vector, got {obs_space}")
+    if isinstance(act_space, gym.spaces.Discrete):
+        return obs_space.shape[0], int(act_space.n), True
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1 and \
+            np.isfinite(act_space.low).all() and np.isfinite(act_space.high).all():
+        return obs_space.shape[0], act_space.shape[0], False
+    raise UserError(f"'{env_id}' has {act_space} actions; es_basic.py handles Discrete actions and "
+                    "bounded 1-D Box actions")
+
+
+# ----------------------------------------------------------------------------------------------
+# The math (docs/es_basic.md, Eqs. 1-5)
+# ----------------------------------------------------------------------------------------------
+
+def stream(seed: int, *key: int) -> np.random.Generator:
+    """An independent random stream named by what it is for, e.g. (seed, iteration, direction)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, *key]))
+
+
+NOISE, ENV, EVAL = 0, 1, 2  # first word of a stream key: what the stream is for
+
+
+def sample_eps(seed: int, iteration: int, i: int, d: int) -> np.ndarray:
+    """eps_i ~ N(0, I_d), regenerated from its name wherever it is needed (Eq. 2)."""
+    return stream(seed, NOISE, iteration, i).standard_normal(d)
+
+
+def centered_ranks(x: np.ndarray) -> np.ndarray:
+    """Eq. (4): the rank of each value mapped linearly onto [-0.5, 0.5] (ties broken by order)."""
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return ranks / max(len(x) - 1, 1) - 0.5
+
+
+def shape_fitness(returns: np.ndarray, method: str) -> np.ndarray:
+    """F_i from the returns R_i: centered ranks, standardized returns, or the raw returns."""
+    if method == "rank":
+        return centered_ranks(returns)
+    if method == "standardize":
+        return (returns - returns.mean()) / (returns.std() + 1e-8)
+    return returns
+
+
+def es_gradient(eps: np.ndarray, F: np.ndarray, sigma: float, mirror: bool) -> np.ndarray:
+    """Eq. (3) and its mirrored form Eq. (5). eps: (m, d) noise vectors. F: (n,) fitness of the
+    n episodes; mirrored, F = [F_1+, F_1-, F_2+, ...] and m = n / 2."""
+    n = len(F)
+    if mirror:  # theta + sigma eps_i and theta - sigma eps_i: (1/(n sigma)) sum_i (F_i+ - F_i-) eps_i
+        return (F[0::2] - F[1::2]) @ eps / (n * sigma)
+    return F @ eps / (n * sigma)  # (1/(n sigma)) sum_i F_i eps_i
+
+
+# ----------------------------------------------------------------------------------------------
+# The policy: a small MLP over one flat parameter vector theta
+# ----------------------------------------------------------------------------------------------
+
+def layer_sizes(obs_dim: int, hidden: list, n_out: int) -> list:
+    return [obs_dim, *hidden, n_out]
+
+
+def n_params(sizes: list) -> int:
+    return sum(n_in * n_out + n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+
+
+def unflatten(theta: np.ndarray, sizes: list) -> list:
+    """Views [(W, b), ...] into theta: W of shape (n_out, n_in), then b of shape (n_out,)."""
+    layers, at = [], 0
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        W = theta[at:at + n_in * n_out].reshape(n_out, n_in)
+        at += n_in * n_out
+        layers.append((W, theta[at:at + n_out]))
+        at += n_out
+    return layers
+
+
+def policy_output(layers: list, obs: np.ndarray, activation) -> np.ndarray:
+    h = obs
+    for W, b in layers[:-1]:
+        h = activation(W @ h + b)
+    W, b = layers[-1]
+    return W @ h + b
+
+
+def to_action(y: np.ndarray, space):
+    """Discrete: argmax over the logits. Box: tanh squashed onto [low, high]."""
+    if hasattr(space, "n"):
+        return int(np.argmax(y))
+    return space.low + (np.tanh(y) + 1.0) * 0.5 * (space.high - space.low)
+
+
+def rollout(env, theta: np.ndarray, sizes: list, activation, env_seed: int, frames=None) -> tuple:
+    """One episode of the policy theta. Returns (return, length)."""
+    layers = unflatten(theta, sizes)
+    act = np.tanh if activation == "tanh" else (lambda z: np.maximum(z, 0.0))
+    obs, _ = env.reset(seed=env_seed)
+    total, steps, done = 0.0, 0, False
+    while not done:
+        obs, r, terminated, truncated, _ = env.step(to_action(policy_output(layers, obs, act), env.action_space))
+        total, steps, done = total + float(r), steps + 1, terminated or truncated
+        if frames is not None:
+            frames.append(env.render())
+    return total, steps
+
+
+# ----------------------------------------------------------------------------------------------
+# Episodes, serial or on worker processes that receive theta once per iteration and seeds
+# ----------------------------------------------------------------------------------------------
+
+_worker = {}  # per process: the environment and the run's constants
+
+
+def init_worker(env_id: str, seed: int, sizes: list, activation: str, sigma: float, mirror: bool):
+    import gymnasium as gym
+    _worker.update(env=gym.make(env_id), seed=seed, sizes=sizes, activation=activation, sigma=sigma,
+                   mirror=mirror)
+
+
+def run_members(theta: np.ndarray, iteration: int, members: list) -> list:
+    """Episodes of population members j: theta + sigma eps_i (mirrored: +/- eps_i, i = j // 2, both on
+    one environment seed). Returns [(j, return, length)]; the noise never leaves the process."""
+    w, out = _worker, []
+    for j in members:
+        i, sign = (j // 2, 1.0 - 2.0 * (j % 2)) if w["mirror"] else (j, 1.0)
+        eps = sample_eps(w["seed"], iteration, i, theta.size)
+        env_seed = int(stream(w["seed"], ENV, iteration, i).integers(2**31))
+        out.append((j, *rollout(w["env"], theta + sign * w["sigma"] * eps, w["sizes"], w["activation"], env_seed)))
+    return out
+
+
+def run_evaluation(theta: np.ndarray, iteration: int, episodes: list) -> list:
+    """Episodes of theta itself, on evaluation seeds. Returns [(k, return, length)]."""
+    w = _worker
+    return [(k, *rollout(w["env"], theta, w["sizes"], w["activation"],
+                         int(stream(w["seed"], EVAL, iteration, k).integers(2**31)))) for k in episodes]
+
+
+def init_pool_worker(*init_args):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
+    init_worker(*init_args)
+
+
+class Episodes:
+    """Runs a list of episodes in this process (workers=1) or spread over persistent processes,
+    each receiving theta once per call; results come back in index order either way."""
+
+    def __init__(self, workers: int, *init_args):
+        self.workers = workers
+        if workers == 1:
+            init_worker(*init_args)
+            self.pool = None
+        else:
+            ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+            self.pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_pool_worker,
+                                            initargs=init_args)
+
+    def run(self, fn, theta: np.ndarray, iteration: int, n: int) -> tuple:
+        if self.pool is None:
+            results = fn(theta, iteration, list(range(n)))
+        else:
+            chunks = [list(range(w, n, self.workers)) for w in range(self.workers)]
+            try:
+                results = [r for part in self.pool.map(fn, [theta] * len(chunks), [iteration] * len(chunks), chunks)
+                           for r in part]
+            except BrokenProcessPool:
+                raise RuntimeError("a worker process died; the run stops (resume from the last checkpoint "
+                                   "with --resume)") from None
+        results.sort()
+        return np.array([r[1] for r in results]), np.array([r[2] for r in results])
+
+    def close(self, interrupted: bool = False):
+        if self.pool is not None:
+            if interrupted:  # do not wait for the episodes under way
+                for proc in list((self.pool._processes or {}).values()):
+                    proc.terminate()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Run directory: config, progress.csv, checkpoints, plot (copied from ars.py; a test keeps them equal)
+# ----------------------------------------------------------------------------------------------
+
+SHARED_COLUMNS = ["iteration", "episodes", "env_steps", "wall_time_s", "return_mean", "return_std",
+                  "return_min", "return_max", "eval_return_mean", "eval_return_std", "steps_per_s"]
+
+
+def versions() -> dict:
+    import gymnasium
+    out = {"python": platform.python_version(), "numpy": np.__version__, "gymnasium": gymnasium.__version__}
+    try:
+        import mujoco
+        out["mujoco"] = mujoco.__version__
+    except ImportError:
+        out["mujoco"] = None
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                                           text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["git_commit"] = None
+    return out
+
+
+def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}")
+    try:
+        os.makedirs(os.path.join(path, "checkpoints"))
+    except OSError as e:
+        raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
+                        "choose another --out-dir") from None
+    return path
+
+
+def save_npz_atomic(path: str, **arrays):
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def load_npz(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise UserError(f"no checkpoint at '{path}'")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except Exception:
+        raise UserError(f"'{path}' is not a readable checkpoint (corrupt or not an .npz file)") from None
+
+
+def write_csv_rows(path: str, rows: list, header: list):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def read_csv_rows(path: str) -> list:
+    with open(path, newline="") as f:
+        return list(csv.reader(f))[1:]
+
+
+def plot_progress(run_dir: str, rows: list, title: str):
+    """Redraw progress.png: training return (mean and range) and evaluation return."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    data = np.array([[float(v) if v not in ("", "nan") else np.nan for v in r] for r in rows]).reshape(-1, len(rows[0]))
+    steps, mean, lo, hi, ev = data[:, 2], data[:, 4], data[:, 6], data[:, 7], data[:, 8]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.fill_between(steps, lo, hi, alpha=0.2, label="training return (min-max)")
+    ax.plot(steps, mean, label="training return (mean)")
+    ok = ~np.isnan(ev)
+    ax.plot(steps[ok], ev[ok], "o-", label="evaluation return (mean)")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(os.path.join(run_dir, "progress.png.tmp.png"), dpi=90)
+    plt.close(fig)
+    os.replace(os.path.join(run_dir, "progress.png.tmp.png"), os.path.join(run_dir, "progress.png"))
+
+
+def fmt_time(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+COLUMNS = SHARED_COLUMNS + ["grad_norm", "theta_norm", "mean_length"]
+
+
+def stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM stops the run like Ctrl-C: workers stopped, checkpoint kept
+
+
+# ----------------------------------------------------------------------------------------------
+# Training (Algorithm 1; docs/es_basic.md, "Pseudocode")
+# ----------------------------------------------------------------------------------------------
+
+def es_iteration(episodes: Episodes, theta: np.ndarray, t: int, args) -> tuple:
+    """Sample, evaluate, shape, step. Returns (new theta, returns, lengths, gradient)."""
+    n = args.population
+    returns, lengths = episodes.run(run_members, theta, t, n)  # R_j of theta +/- sigma eps_i (Eq. 2)
+    F = shape_fitness(returns, args.fitness)  # Eq. (4)
+    m = n // 2 if args.mirror else n
+    eps = np.stack([sample_eps(args.seed, t, i, theta.size) for i in range(m)])  # (m, d), regenerated
+    g = es_gradient(eps, F, args.sigma, args.mirror)  # Eqs. (3), (5)
+    return theta + args.alpha * g - args.alpha * args.weight_decay * theta, returns, lengths, g  # Eq. (6)
+
+
+def load_state(run_dir: str, args, d: int) -> dict:
+    ck = load_npz(os.path.join(run_dir, "checkpoints", "latest.npz"))
+    need = {"theta", "env", "iteration", "episodes", "env_steps", "wall_time"}
+    if not need <= set(ck):
+        raise UserError(f"'{run_dir}' checkpoint lacks {sorted(need - set(ck))}; it is not from es_basic.py")
+    if str(ck["env"]) != args.env:
+        raise UserError(f"the checkpoint in '{run_dir}' is for {ck['env']}, not {args.env}")
+    if ck["theta"].shape != (d,):
+        raise UserError(f"the checkpoint's theta has {ck['theta'].size} parameters, the policy needs {d}")
+    return {"theta": ck["theta"], "iteration": int(ck["iteration"]), "episodes": int(ck["episodes"]),
+            "env_steps": int(ck["env_steps"]), "wall_time": float(ck["wall_time"])}
+
+
+def checkpoint(run_dir: str, state: dict, args):
+    arrays = dict(state, env=np.array(args.env))
+    save_npz_atomic(os.path.join(run_dir, "checkpoints", f"iter_{state['iteration']:06d}.npz"), **arrays)
+    save_npz_atomic(os.path.join(run_dir, "checkpoints", "latest.npz"), **arrays)
+
+
+def train(args) -> dict:
+    obs_dim, n_out, _ = check_env(args.env)
+    sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
+    if args.resume:
+        run_dir, state = args.resume, load_state(args.resume, args, n_params(sizes))
+        rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
+    else:  # theta_0 = 0, as the seed exercise starts its mean policy
+        state = {"theta": np.zeros(n_params(sizes)), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
+        run_dir, rows = make_run_dir(args.out_dir, args.env, "es_basic", args.seed), []
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({**vars(args), "run_dir": run_dir, "versions": versions()}, f, indent=2)
+    write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
+    csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
+    print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
+    episodes = Episodes(args.workers, args.env, args.seed, sizes, args.activation, args.sigma, args.mirror)
+    evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
+    last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
+    try:
+        while state["iteration"] < args.iterations:
+            t0 = time.time()
+            theta, returns, lengths, g = es_iteration(episodes, state["theta"], state["iteration"], args)
+            if not (np.isfinite(theta).all() and np.isfinite(returns).all()):
+                status = "diverged"
+                print(f"NaN or inf at iteration {state['iteration'] + 1}: the run stops; the last good checkpoint "
+                      "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
+                break
+            steps_per_s = lengths.sum() / (time.time() - t0)
+            state = {"theta": theta, "iteration": state["iteration"] + 1,
+                     "episodes": state["episodes"] + len(returns), "env_steps": state["env_steps"] + int(lengths.sum()),
+                     "wall_time": time.time() - t_start}
+            ev = np.array([np.nan])
+            if state["iteration"] % args.eval_every == 0 or state["iteration"] == args.iterations:
+                ev, _ = episodes.run(run_evaluation, theta, state["iteration"], args.eval_episodes)
+                last_eval = ev.mean()
+            row = [state["iteration"], state["episodes"], state["env_steps"], round(state["wall_time"], 2),
+                   returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
+                   ev.std() if ev.size > 1 else np.nan, round(steps_per_s, 1), np.linalg.norm(g),
+                   np.linalg.norm(theta), lengths.mean()]
+            csv.writer(csv_file).writerow(row)
+            csv_file.flush()
+            rows.append([str(v) for v in row])
+            eta = (args.iterations - state["iteration"]) * state["wall_time"] / state["iteration"]
+            print(f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
+                  f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
+                  f"{steps_per_s:6.0f} steps/s | {fmt_time(state['wall_time'])} | ETA {fmt_time(eta)}", flush=True)
+            if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
+                checkpoint(run_dir, state, args)
+                plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
+            if args.target_return is not None and last_eval >= args.target_return:
+                print(f"target {args.target_return} reached at iteration {state['iteration']}: {state['episodes']} "
+                      f"episodes, {state['env_steps']} env steps, {fmt_time(state['wall_time'])}", flush=True)
+                status = "target"
+                break
+    except KeyboardInterrupt:
+        status = "interrupted"
+        print(f"\ninterrupted: resume with  python es_basic.py --resume {run_dir}", file=sys.stderr)
+    finally:
+        episodes.close(interrupted=status == "interrupted")
+        csv_file.close()
+    if status != "diverged":
+        checkpoint(run_dir, state, args)
+    if rows:
+        plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
+    return dict(state, run_dir=run_dir, status=status)
+
+
+# ----------------------------------------------------------------------------------------------
+# Playing a saved policy, and the command line
+# ----------------------------------------------------------------------------------------------
+
+def saved_config(run_dir: str) -> dict:
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        raise UserError(f"'{run_dir}' is not an es_basic.py run directory (no readable config.json)") from None
+
+
+def play(args) -> np.ndarray:
+    cfg = saved_config(args.play)
+    for key in ("env", "hidden", "hidden_sizes", "activation"):
+        setattr(args, key, cfg.get(key))
+    obs_dim, n_out, _ = check_env(args.env)
+    sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
+    state = load_state(args.play, args, n_params(sizes))
+    init_worker(args.env, args.seed, sizes, args.activation, 0.0, False)
+    returns, _ = np.array(run_evaluation(state["theta"], 10**6, list(range(args.episodes)))).T[1:]
+    print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
+          f"(min {returns.min():.1f}, max {returns.max():.1f}), policy of iteration {state['iteration']}")
+    if args.video:
+        print(f"video: {write_gif(args, state['theta'], sizes)}")
+    return returns
+
+
+def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
+    """One evaluation episode as a GIF through Pillow (brought by matplotlib)."""
+    import gymnasium as gym
+    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"  # headless MuJoCo rendering
+    from PIL import Image
+    frames = []
+    try:
+        env = gym.make(args.env, render_mode="rgb_array")
+        rollout(env, theta, sizes, args.activation, int(stream(args.seed, EVAL, 10**6, 0).integers(2**31)), frames)
+    except Exception as e:
+        raise UserError(f"cannot render {args.env}: {str(e).splitlines()[0]} (MuJoCo needs MUJOCO_GL=egl "
+                        "or osmesa without a display; Box2D needs pygame)") from None
+    os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
+    path = os.path.join(args.play, "video", f"{args.env}.gif")
+    images = [Image.fromarray(f).resize((f.shape[1] // 2, f.shape[0] // 2)) for f in frames[::every]]
+    images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=40 * every, loop=0)
+    os.replace(path + ".tmp.gif", path)
+    return path
+
+
+STEERING = ("workers", "iterations", "target_return", "save_every")  # may change on --resume
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        if args.play:
+            resolve_config(args)
+            return play(args)
+        if args.resume:  # the saved configuration wins, except the flags that only steer the run
+            words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
+            for key, value in saved_config(args.resume).items():
+                given = f"--{key.replace('_', '-')}" in words
+                if key in vars(args) and key != "resume" and not (key in STEERING and given):
+                    setattr(args, key, value)
+        resolve_config(args)
+        result = train(args)
+    except UserError as e:
+        print(f"es_basic.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except RuntimeError as e:
+        print(f"es_basic.py: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    if result["status"] == "diverged":
+        sys.exit(1)
+    if result["status"] == "interrupted":
+        sys.exit(130)
+    return result
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    main()

@@ -1,0 +1,258 @@
+"""Tests of es_basic.py: the estimator, the behaviour of a run, the command line, bad input."""
+import glob
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ars
+import es_basic as es
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*argv, timeout=240):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "es_basic.py"), *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def config(*flags, **kw):
+    argv = list(flags)
+    for key, value in kw.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return es.resolve_config(es.build_parser().parse_args(argv))
+
+
+# ---------------------------------------------------------------- the math
+
+C = np.linspace(-1.0, 1.0, 10)
+
+
+def quadratic(theta):  # f(theta) = -|theta - c|^2, gradient -2 (theta - c)
+    return -np.sum((theta - C) ** 2, axis=-1)
+
+
+def estimate(theta, n, sigma, mirror, rng):
+    """One ES gradient estimate from n evaluations of the quadratic with raw fitness."""
+    eps = rng.standard_normal((n // 2 if mirror else n, theta.size))
+    members = np.repeat(eps, 2, axis=0) * np.tile([1.0, -1.0], n // 2)[:, None] if mirror else eps
+    F = quadratic(theta + sigma * members)
+    return es.es_gradient(eps, F, sigma, mirror)
+
+
+def test_estimator_matches_the_analytic_gradient():
+    theta = np.zeros(10)
+    g = estimate(theta, 20000, 0.05, True, np.random.default_rng(0))
+    true = -2 * (theta - C)
+    assert g @ true / (np.linalg.norm(g) * np.linalg.norm(true)) > 0.99
+    np.testing.assert_allclose(g, true, atol=0.15)
+
+
+def test_mirrored_sampling_lowers_the_variance_of_the_estimator():
+    theta, rng = np.zeros(10), np.random.default_rng(1)
+    mirrored = np.array([estimate(theta, 100, 0.05, True, rng) for _ in range(300)])
+    plain = np.array([estimate(theta, 100, 0.05, False, rng) for _ in range(300)])
+    assert mirrored.var(axis=0).sum() < 0.1 * plain.var(axis=0).sum()
+
+
+def test_centered_ranks_span_minus_half_to_half_and_sum_to_zero():
+    x = np.array([3.0, -1.0, 10.0, 2.5, 7.0])
+    r = es.centered_ranks(x)
+    np.testing.assert_allclose(r, [0.0, -0.5, 0.5, -0.25, 0.25])
+    assert r.sum() == pytest.approx(0.0)
+    assert es.centered_ranks(np.random.default_rng(0).normal(size=101)).sum() == pytest.approx(0.0)
+
+
+def test_fitness_shaping_options():
+    x = np.array([1.0, 2.0, 4.0])
+    z = es.shape_fitness(x, "standardize")
+    assert z.mean() == pytest.approx(0.0) and z.std() == pytest.approx(1.0, rel=1e-6)
+    np.testing.assert_array_equal(es.shape_fitness(x, "none"), x)
+
+
+def test_mirrored_gradient_equals_the_plain_formula_over_the_signed_population():
+    rng = np.random.default_rng(2)
+    eps, F = rng.normal(size=(3, 4)), rng.normal(size=6)
+    signed = np.repeat(eps, 2, axis=0) * np.array([1, -1, 1, -1, 1, -1])[:, None]
+    np.testing.assert_allclose(es.es_gradient(eps, F, 0.1, True), es.es_gradient(signed, F, 0.1, False))
+
+
+def test_es_drives_a_quadratic_to_its_optimum():
+    theta, rng = np.full(10, 3.0), np.random.default_rng(3)
+    start = np.linalg.norm(theta - C)
+    for _ in range(300):
+        eps = rng.standard_normal((10, 10))
+        F = es.centered_ranks(quadratic(theta + 0.1 * np.repeat(eps, 2, axis=0) * np.tile([1.0, -1.0], 10)[:, None]))
+        theta = theta + 0.1 * es.es_gradient(eps, F, 0.1, True)
+    assert np.linalg.norm(theta - C) < 0.05 * start
+
+
+def test_policy_maps_flat_parameters_to_actions():
+    sizes = es.layer_sizes(4, [3], 2)
+    theta = np.arange(es.n_params(sizes), dtype=float)
+    (W1, b1), (W2, b2) = es.unflatten(theta, sizes)
+    assert W1.shape == (3, 4) and b1.shape == (3,) and W2.shape == (2, 3) and b2.shape == (2,)
+    assert es.n_params(sizes) == 4 * 3 + 3 + 3 * 2 + 2 and b2[-1] == theta[-1]
+    box = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+    np.testing.assert_allclose(es.to_action(np.array([1e6, -1e6]), box), [2.0, 0.0])
+    np.testing.assert_allclose(es.to_action(np.zeros(2), box), [0.0, 0.5])
+    assert es.to_action(np.array([0.1, 0.7, -1.0]), gym.spaces.Discrete(3)) == 1
+
+
+# ---------------------------------------------------------------- behaviour of a run
+
+
+def run(tmp_path, *flags, **kw):
+    kw = {"env": "CartPole-v1", "iterations": 4, "population": 10, "eval_every": 2, "eval_episodes": 3,
+          "seed": 4, "out_dir": tmp_path, **kw}
+    return es.train(config(*flags, **kw))
+
+
+def test_cartpole_improves_within_a_tiny_budget(tmp_path):
+    result = run(tmp_path, iterations=15, population=50, eval_every=15, eval_episodes=10)
+    rows = open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
+    first_mean, last_eval = float(rows[0].split(",")[4]), float(rows[-1].split(",")[8])
+    assert first_mean < 20 and last_eval > 4 * first_mean  # theta_0 = 0 always pushes left: ~10 steps
+
+
+def test_workers_give_the_same_result_as_serial(tmp_path):
+    serial = run(tmp_path / "a", workers=1)
+    parallel = run(tmp_path / "b", workers=2)
+    np.testing.assert_array_equal(serial["theta"], parallel["theta"])
+    assert serial["env_steps"] == parallel["env_steps"]
+    assert not np.allclose(serial["theta"], run(tmp_path / "c", seed=5)["theta"])
+
+
+def test_mirroring_and_fitness_options_run(tmp_path):
+    for flags in (["--no-mirror"], ["--fitness", "none"], ["--fitness", "standardize"]):
+        result = run(tmp_path / flags[-1], *flags, iterations=2, population=5 if "--no-mirror" in flags else 6)
+        assert result["status"] == "done" and np.isfinite(result["theta"]).all()
+
+
+def test_continuous_actions_work(tmp_path):
+    result = run(tmp_path, env="Pendulum-v1", iterations=2, population=4)
+    assert result["episodes"] == 8 and result["env_steps"] == 8 * 200
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    full = run(tmp_path / "full", iterations=6)
+    half = run(tmp_path / "half", iterations=3)
+    resumed = es.main(["--resume", half["run_dir"], "--iterations", "6"])
+    np.testing.assert_array_equal(full["theta"], resumed["theta"])
+    assert resumed["episodes"] == full["episodes"] and resumed["env_steps"] == full["env_steps"]
+
+
+def test_shared_helpers_are_identical_copies_of_ars():
+    for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
+                 "read_csv_rows", "plot_progress", "fmt_time", "Parser", "UserError", "stop_on_sigterm"):
+        assert inspect.getsource(getattr(es, name)) == inspect.getsource(getattr(ars, name)), name
+    assert es.SHARED_COLUMNS == ars.SHARED_COLUMNS
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
+    out = cli("--iterations", "3", "--population", "6", "--eval-every", "1", "--eval-episodes", "2",
+              "--workers", "2", "--out-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1__es_basic__0__*"))
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    assert cfg["sigma"] == es.PRESETS["CartPole-v1"]["sigma"] and cfg["population"] == 6
+    header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    assert header.split(",") == es.COLUMNS and len(rows) == 3
+    assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
+    assert out.stdout.count("\nit ") == 3
+    played = cli("--play", run_dir, "--episodes", "2", "--video")
+    assert played.returncode == 0, played.stderr
+    assert "mean return" in played.stdout
+    assert open(os.path.join(run_dir, "video", "CartPole-v1.gif"), "rb").read(6) == b"GIF89a"
+
+
+def bad(tmp_path, *argv):
+    out_dir = tmp_path / "out"
+    out = cli(*argv, "--out-dir", str(out_dir), timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("es_basic.py: error:"), out.stderr
+    assert not out_dir.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "CartPole-v7"], "did you mean CartPole-v1"),
+    (["--sigma", "0"], "--sigma must be positive"),
+    (["--alpha", "-1"], "--alpha must be positive"),
+    (["--population", "0"], "--population must be at least 1"),
+    (["--population", "7"], "must be even with mirrored sampling"),
+    (["--hidden", "16,x"], "--hidden takes sizes"),
+    (["--workers", "0"], "--workers"),
+    (["--env", "Blackjack-v1"], "observations must be a flat Box vector"),
+    (["--play", "/nonexistent/run"], "not an es_basic.py run directory"),
+])
+def test_bad_flags(tmp_path, argv, message):
+    assert message in bad(tmp_path, *argv)
+
+
+def test_unsupported_action_space_is_refused():
+    gym.register("MultiBinaryTest-v0", entry_point=MultiBinaryEnv)
+    with pytest.raises(es.UserError, match="Discrete actions and bounded 1-D Box"):
+        es.check_env("MultiBinaryTest-v0")
+
+
+class MultiBinaryEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,))
+    action_space = gym.spaces.MultiBinary(3)
+
+
+def test_corrupt_and_mismatched_checkpoints(tmp_path):
+    good = run(tmp_path / "good", iterations=1)
+    latest = os.path.join(good["run_dir"], "checkpoints", "latest.npz")
+    saved = open(latest, "rb").read()
+    open(latest, "wb").write(b"garbage")
+    assert "corrupt" in bad(tmp_path, "--resume", good["run_dir"])
+    open(latest, "wb").write(saved)
+    np.savez(latest, **{**dict(np.load(latest)), "theta": np.zeros(3)})
+    assert "parameters" in bad(tmp_path, "--play", good["run_dir"])
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    out = cli("--out-dir", str(blocker / "runs"), timeout=60)
+    assert out.returncode == 2 and "cannot create the run directory" in out.stderr
+
+
+class CrashEnv(MultiBinaryEnv):
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        os._exit(3)  # a worker process that dies without a word
+
+
+def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
+    gym.register("EsCrashTest-v0", entry_point=CrashEnv)
+    with pytest.raises(RuntimeError, match="worker process died"):
+        run(tmp_path, env="EsCrashTest-v0", workers=2)
+
+
+def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
+    import signal
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_basic.py"), "--iterations", "100000",
+                             "--target-return", "1e9", "--workers", "2", "--save-every", "1000",
+                             "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    for line in proc.stdout:
+        if line.startswith("it ") and int(line.split()[1]) >= 3:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "--resume" in err
+    (run_dir,) = glob.glob(str(tmp_path / "*"))
+    assert int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 3
+    assert subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.strip() == ""
