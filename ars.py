@@ -57,6 +57,9 @@ GENERIC = dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, **kw):
+        super().__init__(allow_abbrev=False, **kw)  # --iter is no --iterations: --resume must see every flag
+
     def error(self, message):  # one line, not the whole usage block
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
@@ -145,7 +148,7 @@ def check_env(env_id: str):
 # ----------------------------------------------------------------------------------------------
 
 def stream(seed: int, *key: int) -> np.random.Generator:
-    """An independent random stream named by what it is for, e.g. (seed, iteration, direction)."""
+    """An independent random stream named by what it is for: key = (purpose, iteration, index)."""
     return np.random.default_rng(np.random.SeedSequence([seed, *key]))
 
 
@@ -512,7 +515,7 @@ def train(args) -> dict:
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args)
                 plot_progress(run_dir, rows, title)
-            if args.target_return is not None and last_eval >= args.target_return:
+            if args.target_return is not None and not np.isnan(ev).all() and last_eval >= args.target_return:
                 print(f"target {args.target_return} reached at iteration {state['iteration']}: "
                       f"{state['episodes']} episodes, {state['env_steps']} env steps, "
                       f"{fmt_time(state['wall_time'])}", flush=True)
@@ -524,8 +527,7 @@ def train(args) -> dict:
     finally:
         pool.close()
         csv_file.close()
-    if status != "diverged":
-        checkpoint(run_dir, state, args)
+    checkpoint(run_dir, state, args)  # the last good state: a diverged update never enters it
     if rows:
         plot_progress(run_dir, rows, title)
     return dict(state, run_dir=run_dir, status=status)
@@ -594,21 +596,23 @@ def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
     return path
 
 
-STEERING = ("workers", "iterations", "target_return", "save_every")  # may change on --resume
+# Flags that may be given again with --resume: they steer the run (or, alpha and nu, rescue a
+# diverged one); every other option keeps its saved value.
+RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "nu")
 
 
 def resume_config(args: argparse.Namespace, argv) -> None:
-    """On --resume the saved configuration wins, except the flags that only steer the run
-    (STEERING) when they are given again: the resumed run computes what the first one would have."""
+    """On --resume the saved configuration wins, except RESUME_OVERRIDES given again; without
+    alpha or nu among them the resumed run computes what the first one would have."""
     try:
         with open(os.path.join(args.resume, "config.json")) as f:
             saved = json.load(f)
     except (OSError, ValueError):
         raise UserError(f"'{args.resume}' is not an ars.py run directory (no readable config.json)") from None
     words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
-    given = {key for key in STEERING if f"--{key.replace('_', '-')}" in words}
+    given = {key for key in RESUME_OVERRIDES if f"--{key.replace('_', '-')}" in words}
     for key, value in saved.items():
-        if key in vars(args) and key != "resume" and not (key in STEERING and key in given):
+        if key in vars(args) and key != "resume" and key not in given:
             setattr(args, key, value)
 
 

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 # Configuration
 # ----------------------------------------------------------------------------------------------
 
-# sigma: noise std, alpha: step size, population: episodes per iteration (pairs when mirrored).
+# sigma: noise std, alpha: step size, population: episodes per iteration (n; n / 2 pairs when mirrored).
 PRESETS = {
     "CartPole-v1": dict(sigma=0.1, alpha=0.05, population=50, iterations=100, eval_every=5,
                         eval_episodes=100, target_return=475.0),
@@ -43,6 +43,9 @@ GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden="16", iterations=200
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, **kw):
+        super().__init__(allow_abbrev=False, **kw)  # --iter is no --iterations: --resume must see every flag
+
     def error(self, message):  # one line, not the whole usage block
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
@@ -64,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--fitness", choices=("rank", "standardize", "none"), default="rank",
           help="F_i: centered ranks in [-0.5, 0.5], standardized returns, or raw returns")
     a("--weight-decay", type=float, default=0.0, help="λ, L2 coefficient: theta -= α λ theta (typ. 0-0.01)")
-    a("--hidden", help="hidden layer sizes, comma separated, e.g. 16 or 64,64 (preset: 16)")
+    a("--hidden", help="hidden layer sizes, comma separated, e.g. 16 or 64,64 (preset)")
     a("--activation", choices=("tanh", "relu"), default="tanh", help="hidden nonlinearity")
     a("--workers", type=int, default=1, help="processes for the episodes (default 1: serial)")
     a("--out-dir", default="runs", help="where run directories are created")
@@ -93,7 +96,7 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
     except ValueError:
         raise UserError(f"--hidden takes sizes like 16 or 64,64, got '{args.hidden}'") from None
     checks = [(args.sigma > 0, "--sigma must be positive"), (args.alpha > 0, "--alpha must be positive"),
-              (args.population >= 1, "--population must be at least 1"),
+              (args.population >= 2, "--population must be at least 2"),
               (not args.mirror or args.population % 2 == 0,
                f"--population must be even with mirrored sampling, got {args.population} (or add --no-mirror)"),
               (all(h >= 1 for h in args.hidden_sizes), "--hidden sizes must be at least 1"),
@@ -134,11 +137,11 @@ def check_env(env_id: str) -> tuple:
 
 
 # ----------------------------------------------------------------------------------------------
-# The math (docs/es_basic.md, Eqs. 1-5)
+# The math (docs/es_basic.md, Eqs. 1-6)
 # ----------------------------------------------------------------------------------------------
 
 def stream(seed: int, *key: int) -> np.random.Generator:
-    """An independent random stream named by what it is for, e.g. (seed, iteration, direction)."""
+    """An independent random stream named by what it is for: key = (purpose, iteration, index)."""
     return np.random.default_rng(np.random.SeedSequence([seed, *key]))
 
 
@@ -151,9 +154,12 @@ def sample_eps(seed: int, iteration: int, i: int, d: int) -> np.ndarray:
 
 
 def centered_ranks(x: np.ndarray) -> np.ndarray:
-    """Eq. (4): the rank of each value mapped linearly onto [-0.5, 0.5] (ties broken by order)."""
+    """Eq. (4): the rank of each value mapped linearly onto [-0.5, 0.5]. Equal values share their
+    average rank, so a mirrored pair with equal returns contributes nothing."""
     ranks = np.empty(len(x))
     ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    _, tie, count = np.unique(x, return_inverse=True, return_counts=True)
+    ranks = (np.bincount(tie, weights=ranks) / count)[tie]
     return ranks / max(len(x) - 1, 1) - 0.5
 
 
@@ -265,8 +271,9 @@ def init_pool_worker(*init_args):
 
 
 class Episodes:
-    """Runs a list of episodes in this process (workers=1) or spread over persistent processes,
-    each receiving theta once per call; results come back in index order either way."""
+    """Runs a list of episodes in this process (workers=1) or on persistent processes: one
+    interleaved chunk of indices per worker (j, j + W, j + 2W, ...), so theta travels once per
+    worker and call. Results come back sorted by index either way."""
 
     def __init__(self, workers: int, *init_args):
         self.workers = workers
@@ -279,16 +286,18 @@ class Episodes:
                                             initargs=init_args)
 
     def run(self, fn, theta: np.ndarray, iteration: int, n: int) -> tuple:
-        if self.pool is None:
-            results = fn(theta, iteration, list(range(n)))
-        else:
-            chunks = [list(range(w, n, self.workers)) for w in range(self.workers)]
-            try:
+        try:
+            if self.pool is None:
+                results = fn(theta, iteration, list(range(n)))
+            else:
+                chunks = [list(range(w, n, self.workers)) for w in range(self.workers)]
                 results = [r for part in self.pool.map(fn, [theta] * len(chunks), [iteration] * len(chunks), chunks)
                            for r in part]
-            except BrokenProcessPool:
-                raise RuntimeError("a worker process died; the run stops (resume from the last checkpoint "
-                                   "with --resume)") from None
+        except BrokenProcessPool:
+            raise RuntimeError("a worker process died; the run stops (resume from the last checkpoint "
+                               "with --resume)") from None
+        except Exception as e:  # the environment failed inside a rollout
+            raise RuntimeError(f"a rollout failed: {type(e).__name__}: {e}") from None
         results.sort()
         return np.array([r[1] for r in results]), np.array([r[2] for r in results])
 
@@ -390,6 +399,8 @@ def plot_progress(run_dir: str, rows: list, title: str):
 def fmt_time(s: float) -> str:
     s = int(s)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
 COLUMNS = SHARED_COLUMNS + ["grad_norm", "theta_norm", "mean_length"]
 
 
@@ -409,7 +420,8 @@ def es_iteration(episodes: Episodes, theta: np.ndarray, t: int, args) -> tuple:
     m = n // 2 if args.mirror else n
     eps = np.stack([sample_eps(args.seed, t, i, theta.size) for i in range(m)])  # (m, d), regenerated
     g = es_gradient(eps, F, args.sigma, args.mirror)  # Eqs. (3), (5)
-    return theta + args.alpha * g - args.alpha * args.weight_decay * theta, returns, lengths, g  # Eq. (6)
+    # Eq. (6): a plain gradient step (the paper's reference code uses Adam, see es_openai.py)
+    return theta + args.alpha * g - args.alpha * args.weight_decay * theta, returns, lengths, g
 
 
 def load_state(run_dir: str, args, d: int) -> dict:
@@ -437,7 +449,7 @@ def train(args) -> dict:
     if args.resume:
         run_dir, state = args.resume, load_state(args.resume, args, n_params(sizes))
         rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
-    else:  # theta_0 = 0, as the seed exercise starts its mean policy
+    else:  # theta_0 = 0, the all-zero mean policy of the classic Ray tutorial on NES
         state = {"theta": np.zeros(n_params(sizes)), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
         run_dir, rows = make_run_dir(args.out_dir, args.env, "es_basic", args.seed), []
     with open(os.path.join(run_dir, "config.json"), "w") as f:
@@ -479,7 +491,7 @@ def train(args) -> dict:
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args)
                 plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
-            if args.target_return is not None and last_eval >= args.target_return:
+            if args.target_return is not None and not np.isnan(ev).all() and last_eval >= args.target_return:
                 print(f"target {args.target_return} reached at iteration {state['iteration']}: {state['episodes']} "
                       f"episodes, {state['env_steps']} env steps, {fmt_time(state['wall_time'])}", flush=True)
                 status = "target"
@@ -490,8 +502,7 @@ def train(args) -> dict:
     finally:
         episodes.close(interrupted=status == "interrupted")
         csv_file.close()
-    if status != "diverged":
-        checkpoint(run_dir, state, args)
+    checkpoint(run_dir, state, args)  # the last good state: a diverged update never enters it
     if rows:
         plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
     return dict(state, run_dir=run_dir, status=status)
@@ -546,7 +557,9 @@ def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
     return path
 
 
-STEERING = ("workers", "iterations", "target_return", "save_every")  # may change on --resume
+# Flags that may be given again with --resume: they steer the run (or, alpha and sigma, rescue a
+# diverged one); every other option keeps its saved value.
+RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "sigma")
 
 
 def main(argv=None):
@@ -555,11 +568,11 @@ def main(argv=None):
         if args.play:
             resolve_config(args)
             return play(args)
-        if args.resume:  # the saved configuration wins, except the flags that only steer the run
+        if args.resume:  # the saved configuration wins, except RESUME_OVERRIDES given again
             words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
             for key, value in saved_config(args.resume).items():
-                given = f"--{key.replace('_', '-')}" in words
-                if key in vars(args) and key != "resume" and not (key in STEERING and given):
+                given = key in RESUME_OVERRIDES and f"--{key.replace('_', '-')}" in words
+                if key in vars(args) and key != "resume" and not given:
                     setattr(args, key, value)
         resolve_config(args)
         result = train(args)

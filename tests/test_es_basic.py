@@ -68,6 +68,14 @@ def test_centered_ranks_span_minus_half_to_half_and_sum_to_zero():
     assert es.centered_ranks(np.random.default_rng(0).normal(size=101)).sum() == pytest.approx(0.0)
 
 
+def test_equal_returns_share_their_rank():
+    r = es.centered_ranks(np.array([5.0, 1.0, 5.0, 3.0]))
+    np.testing.assert_allclose(r, [1 / 3, -0.5, 1 / 3, -1 / 6])  # ranks 2.5, 0, 2.5, 1 over 3, minus 0.5
+    assert r.sum() == pytest.approx(0.0)
+    eps = np.ones((1, 3))
+    np.testing.assert_array_equal(es.es_gradient(eps, es.centered_ranks(np.array([9.0, 9.0])), 0.1, True), 0.0)
+
+
 def test_fitness_shaping_options():
     x = np.array([1.0, 2.0, 4.0])
     z = es.shape_fitness(x, "standardize")
@@ -188,7 +196,7 @@ def bad(tmp_path, *argv):
     (["--env", "CartPole-v7"], "did you mean CartPole-v1"),
     (["--sigma", "0"], "--sigma must be positive"),
     (["--alpha", "-1"], "--alpha must be positive"),
-    (["--population", "0"], "--population must be at least 1"),
+    (["--population", "1", "--no-mirror"], "--population must be at least 2"),
     (["--population", "7"], "must be even with mirrored sampling"),
     (["--hidden", "16,x"], "--hidden takes sizes"),
     (["--workers", "0"], "--workers"),

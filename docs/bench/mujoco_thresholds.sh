@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Episodes to the ARS paper's thresholds on the v5 MuJoCo tasks (docs/ars.md, "Results"):
+# each preset with --target-return, seeds 0, 1, 2, on all cores, each run stopped after
+# LIMIT seconds at most (SIGTERM leaves a checkpoint).
+#   bash docs/bench/mujoco_thresholds.sh [LIMIT, default 600] [ENV ...]
+set -u
+cd "$(dirname "$0")/../.."
+limit=${1:-600}
+shift || true
+envs=${*:-Swimmer-v5 HalfCheetah-v5 Hopper-v5}
+declare -A target=([Swimmer-v5]=325 [Hopper-v5]=3120 [HalfCheetah-v5]=3430)
+mkdir -p runs/bench
+for env in $envs; do
+  for seed in 0 1 2; do
+    timeout -s TERM "$limit" python ars.py --env "$env" --seed "$seed" --target-return "${target[$env]}" \
+      --out-dir runs/bench > "runs/bench/${env}_seed$seed.log" 2>&1
+    tail -n 1 "runs/bench/${env}_seed$seed.log"
+  done
+done
+python docs/bench/summarize.py runs/bench/{Swimmer,HalfCheetah,Hopper}-v5__ars__* 2>/dev/null
