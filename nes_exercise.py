@@ -1,0 +1,371 @@
+"""Class exercise: natural evolution strategies (NES), evaluated in parallel.
+
+You will train a small neural-network policy for CartPole-v1 without a single gradient of the
+network: keep a Gaussian distribution over its weights, try mirrored pairs of perturbed weights
+in parallel, and move the mean towards the better ones. The handout is docs/nes_exercise.md.
+
+Complete the five parts marked "YOUR CODE HERE", in order. After each one, run the checker:
+
+    python nes_exercise.py --check      # says which part passes, and what to do next
+    python nes_exercise.py              # trains CartPole-v1 once every part passes
+    python nes_exercise.py --ray        # the same code on Ray (pip install ray)
+"""
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+# ==============================================================================================
+# Given: the policy, its actions, rollouts, and small environments for debugging
+# ==============================================================================================
+# A policy is a dict of numpy arrays, the weights of a one-hidden-layer network:
+#   h = relu(W1 @ obs + b1),   output = W2 @ h + b2
+# with W1: (hidden, obs_dim), b1: (hidden,), W2: (n_out, hidden), b2: (n_out,).
+KEYS = ("W1", "b1", "W2", "b2")
+
+
+def policy_shapes(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
+    return {"W1": (hidden, obs_dim), "b1": (hidden,), "W2": (n_out, hidden), "b2": (n_out,)}
+
+
+def compute_action(policy: dict, obs: np.ndarray, action_space):
+    """The network's output: the argmax for discrete actions, tanh of it for continuous ones."""
+    h = np.maximum(policy["W1"] @ obs + policy["b1"], 0.0)
+    out = policy["W2"] @ h + policy["b2"]
+    return int(np.argmax(out)) if isinstance(action_space, gym.spaces.Discrete) else np.tanh(out)
+
+
+class QuadraticEnv(gym.Env):
+    """One step, for debugging: the observation is fixed and the return is -|a - a*|^2, so the best
+    possible return is 0 and the gradient of the return is known."""
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    TARGET = np.array([0.5, -0.3])
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.array([1.0, 0.5, -0.5, 0.25], np.float32), {}
+
+    def step(self, action):
+        return self.reset()[0], -float(np.sum((action - self.TARGET) ** 2)), True, False, {}
+
+
+gym.register("Quadratic-v0", entry_point=QuadraticEnv)
+_envs = {}  # one environment per process and name, made on first use
+
+
+def rollout(policy: dict, env_name: str, env_seed: int) -> float:
+    """The return of one episode of `policy`, started from `env_seed`."""
+    env = _envs.setdefault(env_name, gym.make(env_name))
+    obs, _ = env.reset(seed=env_seed)
+    total, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(compute_action(policy, obs, env.action_space))
+        total, done = total + float(reward), terminated or truncated
+    return total
+
+
+def sample_noise(policy: dict, seed: int) -> dict:
+    """eps ~ N(0, I) with the shapes of `policy`, the same for the same seed, on any machine."""
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(np.shape(policy[k])) for k in KEYS}
+
+
+def centered_ranks(returns: np.ndarray) -> np.ndarray:
+    """Fitness shaping: each return replaced by its rank, scaled to [-0.5, 0.5]."""
+    ranks = np.empty(len(returns))
+    ranks[np.argsort(returns, kind="stable")] = np.arange(len(returns))
+    return ranks / max(len(returns) - 1, 1) - 0.5
+
+
+def pair_seeds(seed: int, iteration: int, n_pairs: int) -> list:
+    """The seeds of this iteration's pairs: each one names a perturbation and an episode."""
+    return [int(s) for s in np.random.default_rng([seed, iteration]).integers(2**31, size=n_pairs)]
+
+
+def evaluate_mean(policy: dict, env_name: str, episodes: int, seed: int = 10**6) -> np.ndarray:
+    return np.array([rollout(policy, env_name, seed + e) for e in range(episodes)])
+
+
+# ==============================================================================================
+# Part 1: the initial mean policy
+# ==============================================================================================
+def initial_policy(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
+    """Return the mean mu_0 of the search distribution: a dict with the keys W1, b1, W2, b2 and the
+    shapes of policy_shapes(obs_dim, n_out, hidden), every weight zero."""
+    # YOUR CODE HERE (part 1)
+    raise NotImplementedError("Part 1: return the zero mean policy (see the docstring)")
+    # END OF YOUR CODE
+
+
+# ==============================================================================================
+# Part 2: a mirrored pair of perturbed policies
+# ==============================================================================================
+def mirrored_pair(policy: dict, seed: int, sigma: float) -> tuple:
+    """Return (mu + sigma eps, mu - sigma eps) as two new dicts, where eps = sample_noise(policy, seed).
+    Do not change `policy` itself."""
+    # YOUR CODE HERE (part 2)
+    raise NotImplementedError("Part 2: return (mu + sigma eps, mu - sigma eps)")
+    # END OF YOUR CODE
+
+
+# ==============================================================================================
+# Part 3: the update of the mean
+# ==============================================================================================
+def update_mean_policy(policy: dict, seeds: list, F_plus: np.ndarray, F_minus: np.ndarray,
+                       sigma: float, alpha: float) -> dict:
+    """Return the new mean, for n pairs with seeds[i], fitness F_plus[i] (of mu + sigma eps_i) and
+    F_minus[i] (of mu - sigma eps_i), eps_i = sample_noise(policy, seeds[i]):
+
+        mu_new = mu + alpha / (2 n sigma) * sum_i (F_plus[i] - F_minus[i]) * eps_i
+
+    (one term for every key). Do not change `policy` itself."""
+    # YOUR CODE HERE (part 3)
+    raise NotImplementedError("Part 3: return the updated mean (see the formula in the docstring)")
+    # END OF YOUR CODE
+
+
+# ==============================================================================================
+# Part 4: the evaluation that runs on a worker
+# ==============================================================================================
+def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple:
+    """Runs on a worker process (or a Ray worker). Rebuild the pair of `seed` with mirrored_pair,
+    play one episode with each policy, both from the same env_seed = seed (see rollout), and
+    return (seed, return_plus, return_minus): the seed and two numbers, never the weights."""
+    # YOUR CODE HERE (part 4)
+    raise NotImplementedError("Part 4: rebuild the pair from the seed, play both episodes, return (seed, R+, R-)")
+    # END OF YOUR CODE
+
+
+# ==============================================================================================
+# Part 5: the training loop
+# ==============================================================================================
+def train(env_name: str, executor, iterations: int, n_pairs: int, sigma: float, alpha: float,
+          seed: int = 0, hidden: int = 16, log=print) -> dict:
+    """Return the trained mean policy. Start from initial_policy. At each iteration:
+      1. seeds = pair_seeds(seed, iteration, n_pairs);
+      2. submit evaluate_pair(mu, s, sigma, env_name) for every seed s with executor.submit, so that
+         the pairs run in parallel, then collect every future's result();
+      3. shape all 2 n returns together with centered_ranks, split them back into F_plus, F_minus;
+      4. mu = update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha);
+      5. log one line with the iteration and the mean of the 2 n returns."""
+    # YOUR CODE HERE (part 5)
+    raise NotImplementedError("Part 5: write the training loop (steps 1-5 in the docstring)")
+    # END OF YOUR CODE
+
+
+# ==============================================================================================
+# Given: the checker and the command line (nothing to change below)
+# ==============================================================================================
+def _n_out(action_space) -> int:
+    return int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else action_space.shape[0]
+
+
+class SerialExecutor:
+    """executor.submit(fn, *args) run on the spot: what the checker uses."""
+
+    def __init__(self):
+        self.calls = []
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+        self.calls.append(args)
+        future = Future()
+        future.set_result(fn(*args))
+        return future
+
+
+class RayExecutor:
+    """The same submit(fn, *args) -> future on Ray: fn becomes a Ray remote function."""
+
+    def __init__(self, address=None):
+        try:
+            import ray
+        except ImportError:
+            raise SystemExit("nes_exercise.py: error: --ray needs Ray: pip install ray") from None
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        self.ray, self.remote = ray, {}
+
+    def submit(self, fn, *args):
+        remote = self.remote.setdefault(fn, self.ray.remote(fn))
+        return remote.remote(*args).future()
+
+    def shutdown(self):
+        self.ray.shutdown()
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def _expect(ok: bool, message: str):
+    if not ok:
+        raise CheckFailed(message)
+
+
+def _tiny_policy() -> dict:
+    rng = np.random.default_rng(7)
+    return {k: rng.normal(size=s) for k, s in policy_shapes(4, 2, 3).items()}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return isinstance(a, dict) and set(a) == set(KEYS) and all(np.shape(a[k]) == np.shape(b[k]) and
+                                                              np.allclose(a[k], b[k]) for k in KEYS)
+
+
+def check_part1():
+    mu = initial_policy(4, 2, 16)
+    _expect(isinstance(mu, dict) and set(mu) == set(KEYS),
+            f"expected a dict with the keys {KEYS}, got {type(mu).__name__} "
+            f"{sorted(mu) if isinstance(mu, dict) else ''}")
+    for k, shape in policy_shapes(4, 2, 16).items():
+        _expect(np.shape(mu[k]) == shape, f"{k} should have shape {shape}, got {np.shape(mu[k])}; "
+                "see policy_shapes")
+        _expect(np.all(np.asarray(mu[k]) == 0), f"{k} should be all zeros")
+
+
+def check_part2():
+    mu, sigma = _tiny_policy(), 0.1
+    before = {k: v.copy() for k, v in mu.items()}
+    pair = mirrored_pair(mu, 3, sigma)
+    _expect(isinstance(pair, tuple) and len(pair) == 2, "return a tuple (plus, minus) of two dicts")
+    plus, minus = pair
+    _expect(_same(mu, before), "mirrored_pair changed the policy it was given; build new dicts")
+    eps = sample_noise(mu, 3)
+    want_plus, want_minus = ({k: mu[k] + s * sigma * eps[k] for k in KEYS} for s in (1, -1))
+    if _same(plus, want_minus) and _same(minus, want_plus):
+        raise CheckFailed("plus and minus are swapped: plus is mu + sigma eps")
+    if _same(plus, {k: mu[k] + eps[k] for k in KEYS}):
+        raise CheckFailed("the perturbation is not scaled: use mu + sigma * eps")
+    _expect(_same(plus, want_plus), "plus should be mu + sigma * eps with eps = sample_noise(policy, seed)")
+    _expect(_same(minus, want_minus), "minus should be mu - sigma * eps, the mirror image of plus (the same eps)")
+
+
+def check_part3():
+    mu, sigma, alpha = _tiny_policy(), 0.1, 0.05
+    before = {k: v.copy() for k, v in mu.items()}
+    seeds, F_plus, F_minus = [11, 12], np.array([0.5, -0.25]), np.array([-0.5, 0.25])
+    new = update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha)
+    _expect(_same(mu, before), "update_mean_policy changed the policy it was given; return a new dict")
+    _expect(isinstance(new, dict) and set(new) == set(KEYS), f"return a dict with the keys {KEYS}")
+    step = {k: sum(alpha / (2 * 2 * sigma) * (fp - fm) * sample_noise(mu, s)[k]
+                   for s, fp, fm in zip(seeds, F_plus, F_minus)) for k in KEYS}
+    got = {k: new[k] - mu[k] for k in KEYS}
+    ratio = sum(float(np.sum(got[k] * step[k])) for k in KEYS) / sum(float(np.sum(step[k] ** 2)) for k in KEYS)
+    hints = [(-1.0, "sign error: the mean must move towards the member with the higher fitness, "
+                    "+(F_plus - F_minus) * eps"),
+             (sigma, "missing 1/sigma: divide by (2 n sigma)"), (1 / sigma, "sigma is multiplied, not divided"),
+             (2.0, "the sum is divided by n instead of 2 n"), (4.0, "no division by the number of pairs (2 n)"),
+             (2 * 2 * sigma, "the step is alpha * sum(...), without 1 / (2 n sigma)")]
+    if not all(np.allclose(got[k], step[k]) for k in KEYS):
+        for factor, hint in hints:
+            if np.isclose(ratio, factor, rtol=1e-6):
+                raise CheckFailed(hint)
+        raise CheckFailed(f"the step differs from alpha / (2 n sigma) * sum_i (F+_i - F-_i) eps_i "
+                          f"(its projection on the right step is {ratio:.3g} times it)")
+
+
+def check_part4():
+    mu, sigma = _tiny_policy(), 0.5
+    mu = {**mu, "W1": np.abs(mu["W1"])}
+    out = evaluate_pair(mu, 5, sigma, "CartPole-v1")
+    _expect(isinstance(out, tuple) and len(out) == 3, "return a tuple (seed, return_plus, return_minus)")
+    seed, r_plus, r_minus = out
+    for value, name in ((r_plus, "return_plus"), (r_minus, "return_minus")):
+        _expect(not isinstance(value, (dict, np.ndarray, list)),
+                f"{name} is a {type(value).__name__}: return the episode's return, a number, never the weights")
+    _expect(seed == 5, f"the first element should be the seed you were given (5), got {seed!r}")
+    plus, minus = mirrored_pair(mu, 5, sigma)
+    want = (rollout(plus, "CartPole-v1", 5), rollout(minus, "CartPole-v1", 5))
+    if (r_plus, r_minus) == want[::-1] and want[0] != want[1]:
+        raise CheckFailed("return_plus and return_minus are swapped")
+    _expect((float(r_plus), float(r_minus)) == want,
+            f"expected the returns {want} of rollout(plus, env_name, seed) and rollout(minus, env_name, seed), "
+            f"got {(r_plus, r_minus)}: use the pair's seed as the env_seed of both episodes")
+
+
+def check_part5():
+    executor, lines = SerialExecutor(), []
+    mu = train("Quadratic-v0", executor, iterations=60, n_pairs=10, sigma=0.1, alpha=0.1, seed=1,
+               hidden=8, log=lines.append)
+    _expect(isinstance(mu, dict) and set(mu) == set(KEYS), "train should return the mean policy, a dict")
+    _expect(len(executor.calls) == 60 * 10, f"expected 600 calls of executor.submit (60 iterations x 10 pairs), "
+            f"got {len(executor.calls)}: submit one evaluate_pair per seed")
+    _expect(len(lines) == 60, f"expected one log line per iteration (60), got {len(lines)}")
+    start = rollout(initial_policy(4, 2, 8), "Quadratic-v0", 0)
+    end = rollout(mu, "Quadratic-v0", 0)
+    _expect(end > 0.5 * start, f"on Quadratic-v0 the return went from {start:.3f} to {end:.3f}; it should "
+            "approach 0. Check the signs and the ranks split: F[:n] are the plus returns")
+
+
+PARTS = [("Part 1", "initial_policy", check_part1), ("Part 2", "mirrored_pair", check_part2),
+         ("Part 3", "update_mean_policy", check_part3), ("Part 4", "evaluate_pair", check_part4),
+         ("Part 5", "train", check_part5)]
+
+
+def run_check(part) -> tuple:
+    """(status, message) of one part: 'passed', 'not implemented' or 'wrong'."""
+    name, function, check = part
+    try:
+        check()
+    except NotImplementedError:
+        return "not implemented", f"{function} still raises NotImplementedError"
+    except CheckFailed as e:
+        return "wrong", str(e)
+    except Exception as e:  # a half-done part: report it, never crash
+        return "wrong", f"{function} raised {type(e).__name__}: {e}"
+    return "passed", ""
+
+
+def check_all(out=print) -> bool:
+    for part in PARTS:
+        status, message = run_check(part)
+        out(f"{part[0]} ({part[1]}): {status}" + (f": {message}" if message else ""))
+        if status != "passed":
+            out(f"Next: open {os.path.basename(__file__)}, find '{part[0]}', complete {part[1]} (read its "
+                "docstring), then run --check again." if status == "not implemented" else
+                f"Next: fix {part[1]} in {os.path.basename(__file__)}, then run --check again.")
+            return False
+    out("All five parts pass. Train with: python " + os.path.basename(__file__))
+    return True
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="NES class exercise: complete the parts, --check them, then train.")
+    p.add_argument("--check", action="store_true", help="check the parts in order and say what to do next")
+    p.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
+    p.add_argument("--iterations", type=int, default=50, help="updates of the mean")
+    p.add_argument("--pairs", type=int, default=25, help="n, mirrored pairs per iteration")
+    p.add_argument("--sigma", type=float, default=0.1, help="σ, std of the perturbations")
+    p.add_argument("--alpha", type=float, default=0.05, help="α, step size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes")
+    p.add_argument("--ray", action="store_true", help="evaluate the pairs on Ray instead of local processes")
+    p.add_argument("--ray-address", help="an existing Ray cluster, e.g. 127.0.0.1:6379")
+    args = p.parse_args(argv)
+    if args.check:
+        sys.exit(0 if check_all() else 1)
+    for ok, message in ((args.iterations >= 1, "--iterations"), (args.pairs >= 1, "--pairs"),
+                        (args.sigma > 0, "--sigma"), (args.alpha > 0, "--alpha"), (args.workers >= 1, "--workers")):
+        if not ok:
+            p.exit(2, f"nes_exercise.py: error: {message} must be positive\n")
+    if not all(run_check(part)[0] == "passed" for part in PARTS):
+        p.exit(2, "nes_exercise.py: error: some parts are not done yet; run: python nes_exercise.py --check\n")
+    executor = RayExecutor(args.ray_address) if args.ray else ProcessPoolExecutor(args.workers)
+    t0 = time.time()
+    try:
+        mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
+    finally:
+        executor.shutdown()
+    returns = evaluate_mean(mu, args.env, 100)
+    print(f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes ({time.time() - t0:.0f} s)")
+    return mu, returns
+
+
+if __name__ == "__main__":
+    main()
