@@ -70,17 +70,25 @@ def rollout(policy: dict, env_name: str, env_seed: int) -> float:
     return total
 
 
+def n_outputs(action_space) -> int:
+    """Outputs of the network: one per action (Discrete) or per action dimension (Box)."""
+    return int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else action_space.shape[0]
+
+
 def sample_noise(policy: dict, seed: int) -> dict:
     """eps ~ N(0, I) with the shapes of `policy`, the same for the same seed, on any machine."""
     rng = np.random.default_rng(seed)
     return {k: rng.standard_normal(np.shape(policy[k])) for k in KEYS}
 
 
-def centered_ranks(returns: np.ndarray) -> np.ndarray:
-    """Fitness shaping: each return replaced by its rank, scaled to [-0.5, 0.5]."""
-    ranks = np.empty(len(returns))
-    ranks[np.argsort(returns, kind="stable")] = np.arange(len(returns))
-    return ranks / max(len(returns) - 1, 1) - 0.5
+def centered_ranks(x: np.ndarray) -> np.ndarray:
+    """Eq. (4): the rank of each value mapped linearly onto [-0.5, 0.5]. Equal values share their
+    average rank, so a mirrored pair with equal returns contributes nothing."""
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    _, tie, count = np.unique(x, return_inverse=True, return_counts=True)
+    ranks = (np.bincount(tie, weights=ranks) / count)[tie]
+    return ranks / max(len(x) - 1, 1) - 0.5
 
 
 def pair_seeds(seed: int, iteration: int, n_pairs: int) -> list:
@@ -107,7 +115,8 @@ def initial_policy(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
 # Part 2: a mirrored pair of perturbed policies
 # ==============================================================================================
 def mirrored_pair(policy: dict, seed: int, sigma: float) -> tuple:
-    """Return (mu + sigma eps, mu - sigma eps) as two new dicts, where eps = sample_noise(policy, seed).
+    """Eq. (1): return (mu + sigma eps, mu - sigma eps) as two new dicts, where
+    eps = sample_noise(policy, seed).
     Do not change `policy` itself."""
     # YOUR CODE HERE (part 2)
     raise NotImplementedError("Part 2: return (mu + sigma eps, mu - sigma eps)")
@@ -122,7 +131,7 @@ def update_mean_policy(policy: dict, seeds: list, F_plus: np.ndarray, F_minus: n
     """Return the new mean, for n pairs with seeds[i], fitness F_plus[i] (of mu + sigma eps_i) and
     F_minus[i] (of mu - sigma eps_i), eps_i = sample_noise(policy, seeds[i]):
 
-        mu_new = mu + alpha / (2 n sigma) * sum_i (F_plus[i] - F_minus[i]) * eps_i
+        mu_new = mu + alpha / (2 n sigma) * sum_i (F_plus[i] - F_minus[i]) * eps_i      (Eq. 5)
 
     (one term for every key). Do not change `policy` itself."""
     # YOUR CODE HERE (part 3)
@@ -147,11 +156,12 @@ def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple
 # ==============================================================================================
 def train(env_name: str, executor, iterations: int, n_pairs: int, sigma: float, alpha: float,
           seed: int = 0, hidden: int = 16, log=print) -> dict:
-    """Return the trained mean policy. Start from initial_policy. At each iteration:
+    """Return the trained mean policy. Start from initial_policy (env = gym.make(env_name) gives
+    obs_dim = env.observation_space.shape[0] and n_out = n_outputs(env.action_space)). At each iteration:
       1. seeds = pair_seeds(seed, iteration, n_pairs);
       2. submit evaluate_pair(mu, s, sigma, env_name) for every seed s with executor.submit, so that
          the pairs run in parallel, then collect every future's result();
-      3. shape all 2 n returns together with centered_ranks, split them back into F_plus, F_minus;
+      3. shape all 2 n returns together with centered_ranks (Eq. 4), split them back into F_plus, F_minus;
       4. mu = update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha);
       5. log one line with the iteration and the mean of the 2 n returns."""
     # YOUR CODE HERE (part 5)
@@ -162,10 +172,6 @@ def train(env_name: str, executor, iterations: int, n_pairs: int, sigma: float, 
 # ==============================================================================================
 # Given: the checker and the command line (nothing to change below)
 # ==============================================================================================
-def _n_out(action_space) -> int:
-    return int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else action_space.shape[0]
-
-
 class SerialExecutor:
     """executor.submit(fn, *args) run on the spot: what the checker uses."""
 
@@ -249,19 +255,21 @@ def check_part2():
 def check_part3():
     mu, sigma, alpha = _tiny_policy(), 0.1, 0.05
     before = {k: v.copy() for k, v in mu.items()}
-    seeds, F_plus, F_minus = [11, 12], np.array([0.5, -0.25]), np.array([-0.5, 0.25])
+    seeds, F_plus, F_minus = [11, 12, 13], np.array([0.5, -0.25, 0.1]), np.array([-0.3, 0.25, 0.0])
     new = update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha)
     _expect(_same(mu, before), "update_mean_policy changed the policy it was given; return a new dict")
     _expect(isinstance(new, dict) and set(new) == set(KEYS), f"return a dict with the keys {KEYS}")
-    step = {k: sum(alpha / (2 * 2 * sigma) * (fp - fm) * sample_noise(mu, s)[k]
+    n = len(seeds)
+    step = {k: sum(alpha / (2 * n * sigma) * (fp - fm) * sample_noise(mu, s)[k]
                    for s, fp, fm in zip(seeds, F_plus, F_minus)) for k in KEYS}
     got = {k: new[k] - mu[k] for k in KEYS}
     ratio = sum(float(np.sum(got[k] * step[k])) for k in KEYS) / sum(float(np.sum(step[k] ** 2)) for k in KEYS)
     hints = [(-1.0, "sign error: the mean must move towards the member with the higher fitness, "
                     "+(F_plus - F_minus) * eps"),
-             (sigma, "missing 1/sigma: divide by (2 n sigma)"), (1 / sigma, "sigma is multiplied, not divided"),
-             (2.0, "the sum is divided by n instead of 2 n"), (4.0, "no division by the number of pairs (2 n)"),
-             (2 * 2 * sigma, "the step is alpha * sum(...), without 1 / (2 n sigma)")]
+             (sigma, "missing 1/sigma: divide by (2 n sigma)"), (sigma**2, "sigma is multiplied, not divided"),
+             (2.0, "the sum is divided by n instead of 2 n"), (n, "the sum is divided by 2 instead of 2 n"),
+             (2 * n, "no division by the number of episodes (2 n)"),
+             (2 * n * sigma, "the step is alpha * sum(...), without 1 / (2 n sigma)")]
     if not all(np.allclose(got[k], step[k]) for k in KEYS):
         for factor, hint in hints:
             if np.isclose(ratio, factor, rtol=1e-6):
@@ -331,7 +339,7 @@ def check_all(out=print) -> bool:
                 "docstring), then run --check again." if status == "not implemented" else
                 f"Next: fix {part[1]} in {os.path.basename(__file__)}, then run --check again.")
             return False
-    out("All five parts pass. Train with: python " + os.path.basename(__file__))
+    out("All five parts pass. Train with: python " + os.path.relpath(__file__))
     return True
 
 

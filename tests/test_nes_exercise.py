@@ -32,6 +32,12 @@ def student():
     return load(STUDENT, "nes_student")
 
 
+def test_centered_ranks_is_an_identical_copy_of_es_basic(student):
+    import inspect
+    import es_basic
+    assert inspect.getsource(student.centered_ranks) == inspect.getsource(es_basic.centered_ranks)
+
+
 def test_every_check_passes_on_the_solution(solution):
     for part in solution.PARTS:
         assert solution.run_check(part) == ("passed", ""), part[0]
@@ -76,6 +82,15 @@ def test_a_sign_error_in_the_update_is_caught(solution, monkeypatch):
     monkeypatch.setattr(solution, "update_mean_policy", wrong)
     status, message = solution.run_check(solution.PARTS[2])
     assert status == "wrong" and "sign error" in message
+
+
+def test_an_update_that_ignores_the_minus_member_is_caught(solution, monkeypatch):
+    right = solution.update_mean_policy
+
+    def wrong(policy, seeds, F_plus, F_minus, sigma, alpha):
+        return right(policy, seeds, 2 * np.asarray(F_plus), 0 * np.asarray(F_minus), sigma, alpha)
+    monkeypatch.setattr(solution, "update_mean_policy", wrong)
+    assert solution.run_check(solution.PARTS[2])[0] == "wrong"
 
 
 def test_a_missing_one_over_sigma_is_caught(solution, monkeypatch):
