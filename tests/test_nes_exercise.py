@@ -18,6 +18,7 @@ SOLUTION = os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")
 def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # worker processes find evaluate_pair by its module's name
     spec.loader.exec_module(module)
     return module
 
