@@ -148,6 +148,16 @@ def test_target_return_stops_the_run(tmp_path):
     assert result["status"] == "target" and result["iteration"] == 2  # the first evaluation
 
 
+def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path):
+    never = run(tmp_path / "a", iterations=6, target_return=-1e9, confirm_episodes=3, confirm_return=1e9)
+    assert never["status"] == "done" and never["iteration"] == 6
+    rows = open(os.path.join(never["run_dir"], "progress.csv")).read().splitlines()[1:]
+    confirmed = [r.split(",")[-1] for r in rows]
+    assert confirmed[0] == "nan" and float(confirmed[1]) < 0  # evaluated on iterations 2, 4, 6
+    once = run(tmp_path / "b", iterations=6, target_return=-1e9, confirm_episodes=3, confirm_return=-1e9)
+    assert once["status"] == "target" and once["iteration"] == 2
+
+
 class NanEnv(gym.Env):
     """Observes 1; the reward is the action; once |a| > 0.3 the observation becomes NaN."""
     observation_space = gym.spaces.Box(-np.inf, np.inf, (1,))
