@@ -108,7 +108,10 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
     for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    checks = [(args.alpha > 0, "--alpha must be positive"), (args.nu > 0, "--nu must be positive"),
+    finite = all(math.isfinite(v) for v in (args.alpha, args.nu, args.shift, args.reward_clip))
+    checks = [(finite, "--alpha, --nu, --shift and --reward-clip must be finite numbers"),
+              (args.seed >= 0, "--seed must be 0 or more"),
+              (args.alpha > 0, "--alpha must be positive"), (args.nu > 0, "--nu must be positive"),
               (args.n_directions >= 1, "--n-directions must be at least 1"),
               (1 <= args.top_b <= args.n_directions,
                f"--top-b must be between 1 and --n-directions ({args.n_directions}), got {args.top_b}"),
@@ -128,7 +131,7 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def check_env(env_id: str):
+def check_env(env_id: str, episode_length=None):
     """Return (obs_dim, act_dim) or raise UserError with what to do instead."""
     import gymnasium as gym
     if env_id not in gym.registry:
@@ -146,6 +149,8 @@ def check_env(env_id: str):
                         "actions: try es_basic.py for discrete ones")
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise UserError(f"'{env_id}' observations must be a flat Box vector, got {obs_space}")
+    if gym.spec(env_id).max_episode_steps is None and not episode_length:
+        raise UserError(f"'{env_id}' has no time limit: give --episode-length")
     return obs_space.shape[0], act_space.shape[0]
 
 
@@ -254,6 +259,7 @@ def worker_main(conn, env_id: str, episode_length, seed: int, shift: float, rewa
     """A persistent rollout process: receives the matrix and normalizer once per iteration, then
     direction indices or evaluation episode numbers; sends back scalars and statistics only."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the master's SIGTERM handler is not for workers
     env = None
     M = mu = inv_sigma = None
     while True:
@@ -367,6 +373,18 @@ def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
         raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
                         "choose another --out-dir") from None
     return path
+
+
+def read_config(run_dir: str, script: str, required: tuple) -> dict:
+    """The config.json of a run directory of `script`, with the keys `required`, or a UserError."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        cfg = None
+    if not isinstance(cfg, dict) or not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
+        raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
+    return cfg
 
 
 def save_npz_atomic(path: str, **arrays):
@@ -501,8 +519,11 @@ def start_run(args, obs_dim: int, act_dim: int) -> tuple:
     """A new run directory with M_0 = 0, or the state and log of the run to resume."""
     if args.resume:
         state = load_state(args.resume, args, obs_dim, act_dim)
-        rows = [r + ["nan"] * (len(COLUMNS) - len(r))  # a log written before a column was added
-                for r in read_csv_rows(os.path.join(args.resume, "progress.csv")) if int(r[0]) <= state["iteration"]]
+        try:
+            rows = [r + ["nan"] * (len(COLUMNS) - len(r))  # a log written before a column was added
+                    for r in read_csv_rows(os.path.join(args.resume, "progress.csv")) if int(r[0]) <= state["iteration"]]
+        except (OSError, ValueError, IndexError):
+            raise UserError(f"the progress.csv of '{args.resume}' is missing or damaged") from None
         return args.resume, state, rows
     state = {"M": np.zeros((act_dim, obs_dim)), "iteration": 0, "episodes": 0, "env_steps": 0,
              "wall_time": 0.0, "stats": (0, np.zeros(obs_dim), np.zeros(obs_dim))}
@@ -511,7 +532,7 @@ def start_run(args, obs_dim: int, act_dim: int) -> tuple:
 
 def train(args) -> dict:
     """The run: iterations, evaluations, logging and checkpoints. Returns the final state."""
-    obs_dim, act_dim = check_env(args.env)
+    obs_dim, act_dim = check_env(args.env, args.episode_length)
     run_dir, state, rows = start_run(args, obs_dim, act_dim)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump({**vars(args), "run_dir": run_dir, "versions": versions()}, f, indent=2)
@@ -581,14 +602,9 @@ def log_iteration(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: 
 # ----------------------------------------------------------------------------------------------
 
 def play(args):
-    cfg_path = os.path.join(args.play, "config.json")
-    try:
-        with open(cfg_path) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        raise UserError(f"'{args.play}' is not an ars.py run directory (no readable config.json)") from None
-    args.env, args.version, args.episode_length = cfg["env"], cfg["version"], cfg.get("episode_length")
-    obs_dim, act_dim = check_env(args.env)
+    cfg = read_config(args.play, "ars.py", ("env", "version", "episode_length"))
+    args.env, args.version, args.episode_length = cfg["env"], cfg["version"], cfg["episode_length"]
+    obs_dim, act_dim = check_env(args.env, args.episode_length)
     state = load_state(args.play, args, obs_dim, act_dim)
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = make_env(args.env, args.episode_length)
@@ -611,14 +627,17 @@ def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
     try:
         env = make_env(args.env, args.episode_length, render=True)
         rollout(env, M, mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, 0).integers(2**31)), frames=frames)
+        images = [Image.fromarray(f).resize((f.shape[1] // 2, f.shape[0] // 2)) for f in frames[::every]]
     except Exception as e:
         raise UserError(f"cannot render {args.env}: {str(e).splitlines()[0]} (MuJoCo needs MUJOCO_GL=egl "
                         "or osmesa without a display; Box2D needs pygame)") from None
-    os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
     path = os.path.join(args.play, "video", f"{args.env}.gif")
-    images = [Image.fromarray(f).resize((f.shape[1] // 2, f.shape[0] // 2)) for f in frames[::every]]
-    images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=40 * every, loop=0)
-    os.replace(path + ".tmp.gif", path)
+    try:
+        os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
+        images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=40 * every, loop=0)
+        os.replace(path + ".tmp.gif", path)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
     return path
 
 
@@ -630,11 +649,7 @@ RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alp
 def resume_config(args: argparse.Namespace, argv) -> None:
     """On --resume the saved configuration wins, except RESUME_OVERRIDES given again; without
     alpha or nu among them the resumed run computes what the first one would have."""
-    try:
-        with open(os.path.join(args.resume, "config.json")) as f:
-            saved = json.load(f)
-    except (OSError, ValueError):
-        raise UserError(f"'{args.resume}' is not an ars.py run directory (no readable config.json)") from None
+    saved = read_config(args.resume, "ars.py", ("env", "seed", "version", "alpha", "nu", "n_directions", "top_b"))
     words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
     given = {key for key in RESUME_OVERRIDES if f"--{key.replace('_', '-')}" in words}
     for key, value in saved.items():
@@ -650,7 +665,10 @@ def main(argv=None):
             return play(args)
         if args.resume:
             resume_config(args, argv)
-        resolve_config(args)
+        try:
+            resolve_config(args)
+        except TypeError:  # only a hand-edited config.json gets here
+            raise UserError(f"the config.json of '{args.resume}' holds values of the wrong type") from None
         result = train(args)
     except UserError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)

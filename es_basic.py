@@ -12,6 +12,7 @@ import csv
 import datetime
 import difflib
 import json
+import math
 import os
 import platform
 import signal
@@ -95,7 +96,10 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
         args.hidden_sizes = [int(h) for h in str(args.hidden).split(",") if h.strip()]
     except ValueError:
         raise UserError(f"--hidden takes sizes like 16 or 64,64, got '{args.hidden}'") from None
-    checks = [(args.sigma > 0, "--sigma must be positive"), (args.alpha > 0, "--alpha must be positive"),
+    finite = all(math.isfinite(v) for v in (args.sigma, args.alpha, args.weight_decay))
+    checks = [(finite, "--sigma, --alpha and --weight-decay must be finite numbers"),
+              (args.seed >= 0, "--seed must be 0 or more"),
+              (args.sigma > 0, "--sigma must be positive"), (args.alpha > 0, "--alpha must be positive"),
               (args.population >= 2, "--population must be at least 2"),
               (not args.mirror or args.population % 2 == 0,
                f"--population must be even with mirrored sampling, got {args.population} (or add --no-mirror)"),
@@ -127,6 +131,8 @@ def check_env(env_id: str) -> tuple:
     env.close()
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise UserError(f"'{env_id}' observations must be a flat Box vector, got {obs_space}")
+    if gym.spec(env_id).max_episode_steps is None:
+        raise UserError(f"'{env_id}' has no time limit, so an episode might never end")
     if isinstance(act_space, gym.spaces.Discrete):
         return obs_space.shape[0], int(act_space.n), True
     if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1 and \
@@ -267,6 +273,7 @@ def run_evaluation(theta: np.ndarray, iteration: int, episodes: list) -> list:
 
 def init_pool_worker(*init_args):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the master's SIGTERM handler is not for workers
     init_worker(*init_args)
 
 
@@ -304,7 +311,7 @@ class Episodes:
     def close(self, interrupted: bool = False):
         if self.pool is not None:
             if interrupted:  # do not wait for the episodes under way
-                for proc in list((self.pool._processes or {}).values()):
+                for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
                     proc.terminate()
             self.pool.shutdown(wait=True, cancel_futures=True)
 
@@ -343,6 +350,18 @@ def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
         raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
                         "choose another --out-dir") from None
     return path
+
+
+def read_config(run_dir: str, script: str, required: tuple) -> dict:
+    """The config.json of a run directory of `script`, with the keys `required`, or a UserError."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        cfg = None
+    if not isinstance(cfg, dict) or not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
+        raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
+    return cfg
 
 
 def save_npz_atomic(path: str, **arrays):
@@ -448,7 +467,10 @@ def train(args) -> dict:
     sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
     if args.resume:
         run_dir, state = args.resume, load_state(args.resume, args, n_params(sizes))
-        rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
+        try:
+            rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
+        except (OSError, ValueError, IndexError):
+            raise UserError(f"the progress.csv of '{run_dir}' is missing or damaged") from None
     else:  # theta_0 = 0, the all-zero mean policy of the classic Ray tutorial on NES
         state = {"theta": np.zeros(n_params(sizes)), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
         run_dir, rows = make_run_dir(args.out_dir, args.env, "es_basic", args.seed), []
@@ -512,18 +534,10 @@ def train(args) -> dict:
 # Playing a saved policy, and the command line
 # ----------------------------------------------------------------------------------------------
 
-def saved_config(run_dir: str) -> dict:
-    try:
-        with open(os.path.join(run_dir, "config.json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        raise UserError(f"'{run_dir}' is not an es_basic.py run directory (no readable config.json)") from None
-
-
 def play(args) -> np.ndarray:
-    cfg = saved_config(args.play)
+    cfg = read_config(args.play, "es_basic.py", ("env", "hidden", "hidden_sizes", "activation"))
     for key in ("env", "hidden", "hidden_sizes", "activation"):
-        setattr(args, key, cfg.get(key))
+        setattr(args, key, cfg[key])
     obs_dim, n_out, _ = check_env(args.env)
     sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
     state = load_state(args.play, args, n_params(sizes))
@@ -546,14 +560,17 @@ def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
     try:
         env = gym.make(args.env, render_mode="rgb_array")
         rollout(env, theta, sizes, args.activation, int(stream(args.seed, EVAL, 10**6, 0).integers(2**31)), frames)
+        images = [Image.fromarray(f).resize((f.shape[1] // 2, f.shape[0] // 2)) for f in frames[::every]]
     except Exception as e:
         raise UserError(f"cannot render {args.env}: {str(e).splitlines()[0]} (MuJoCo needs MUJOCO_GL=egl "
                         "or osmesa without a display; Box2D needs pygame)") from None
-    os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
     path = os.path.join(args.play, "video", f"{args.env}.gif")
-    images = [Image.fromarray(f).resize((f.shape[1] // 2, f.shape[0] // 2)) for f in frames[::every]]
-    images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=40 * every, loop=0)
-    os.replace(path + ".tmp.gif", path)
+    try:
+        os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
+        images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=40 * every, loop=0)
+        os.replace(path + ".tmp.gif", path)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
     return path
 
 
@@ -570,11 +587,15 @@ def main(argv=None):
             return play(args)
         if args.resume:  # the saved configuration wins, except RESUME_OVERRIDES given again
             words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
-            for key, value in saved_config(args.resume).items():
+            required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden")
+            for key, value in read_config(args.resume, "es_basic.py", required).items():
                 given = key in RESUME_OVERRIDES and f"--{key.replace('_', '-')}" in words
                 if key in vars(args) and key != "resume" and not given:
                     setattr(args, key, value)
-        resolve_config(args)
+        try:
+            resolve_config(args)
+        except TypeError:  # only a hand-edited config.json gets here
+            raise UserError(f"the config.json of '{args.resume}' holds values of the wrong type") from None
         result = train(args)
     except UserError as e:
         print(f"es_basic.py: error: {e}", file=sys.stderr)

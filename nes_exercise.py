@@ -61,7 +61,9 @@ _envs = {}  # one environment per process and name, made on first use
 
 def rollout(policy: dict, env_name: str, env_seed: int) -> float:
     """The return of one episode of `policy`, started from `env_seed`."""
-    env = _envs.setdefault(env_name, gym.make(env_name))
+    if env_name not in _envs:
+        _envs[env_name] = gym.make(env_name)
+    env = _envs[env_name]
     obs, _ = env.reset(seed=env_seed)
     total, done = 0.0, False
     while not done:
@@ -193,13 +195,15 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise SystemExit("nes_exercise.py: error: --ray needs Ray: pip install ray") from None
+            print("nes_exercise.py: error: --ray needs Ray: pip install ray", file=sys.stderr)
+            sys.exit(2)
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         self.ray, self.remote = ray, {}
 
     def submit(self, fn, *args):
-        remote = self.remote.setdefault(fn, self.ray.remote(fn))
-        return remote.remote(*args).future()
+        if fn not in self.remote:  # registered with the cluster once, not once per task
+            self.remote[fn] = self.ray.remote(fn)
+        return self.remote[fn].remote(*args).future()
 
     def shutdown(self):
         self.ray.shutdown()
@@ -344,14 +348,16 @@ def check_all(out=print) -> bool:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="NES class exercise: complete the parts, --check them, then train.")
+    p = argparse.ArgumentParser(description="NES class exercise: complete the parts, --check them, then train.",
+                                allow_abbrev=False)
+    p.error = lambda message: p.exit(2, f"nes_exercise.py: error: {message} (see --help)\n")
     p.add_argument("--check", action="store_true", help="check the parts in order and say what to do next")
     p.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
     p.add_argument("--iterations", type=int, default=50, help="updates of the mean")
     p.add_argument("--pairs", type=int, default=25, help="n, mirrored pairs per iteration")
     p.add_argument("--sigma", type=float, default=0.1, help="σ, std of the perturbations")
     p.add_argument("--alpha", type=float, default=0.05, help="α, step size")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="decides the pairs' seeds (0 or more)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes")
     p.add_argument("--ray", action="store_true", help="evaluate the pairs on Ray instead of local processes")
     p.add_argument("--ray-address", help="an existing Ray cluster, e.g. 127.0.0.1:6379")
@@ -359,9 +365,15 @@ def main(argv=None):
     if args.check:
         sys.exit(0 if check_all() else 1)
     for ok, message in ((args.iterations >= 1, "--iterations"), (args.pairs >= 1, "--pairs"),
-                        (args.sigma > 0, "--sigma"), (args.alpha > 0, "--alpha"), (args.workers >= 1, "--workers")):
+                        (0 < args.sigma < np.inf, "--sigma"), (0 < args.alpha < np.inf, "--alpha"),
+                        (args.workers >= 1, "--workers"), (args.seed >= 0, "--seed")):
         if not ok:
-            p.exit(2, f"nes_exercise.py: error: {message} must be positive\n")
+            p.error(f"{message} must be positive" if message != "--seed" else "--seed must be 0 or more")
+    if args.env not in gym.registry:
+        p.error(f"unknown environment '{args.env}'")
+    space = gym.make(args.env).observation_space
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        p.error(f"'{args.env}' observations must be a flat vector for this network, got {space}")
     if not all(run_check(part)[0] == "passed" for part in PARTS):
         p.exit(2, "nes_exercise.py: error: some parts are not done yet; run: python nes_exercise.py --check\n")
     executor = RayExecutor(args.ray_address) if args.ray else ProcessPoolExecutor(args.workers)

@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,6 +135,47 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
 
 
+def test_resume_from_an_older_checkpoint_redoes_the_later_iterations(tmp_path):
+    full = run(tmp_path / "full", iterations=6)
+    half = run(tmp_path / "half", iterations=4, save_every=2)
+    ck = os.path.join(half["run_dir"], "checkpoints")
+    shutil.copy(os.path.join(ck, "iter_000002.npz"), os.path.join(ck, "latest.npz"))  # as if killed at 3
+    resumed = ars.main(["--resume", half["run_dir"], "--iterations", "6"])
+    np.testing.assert_array_equal(full["M"], resumed["M"])
+    full_rows = open(os.path.join(full["run_dir"], "progress.csv")).read().splitlines()
+    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
+    assert [r.split(",")[4] for r in rows] == [r.split(",")[4] for r in full_rows]  # same returns
+
+
+class RecordingEnv(gym.Env):
+    """Random observations; remembers every action it is given."""
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (3,))
+    action_space = gym.spaces.Box(-0.5, 0.5, (2,))
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.obs, self.actions = [self.np_random.normal(size=3)], []
+        return self.obs[-1], {}
+
+    def step(self, a):
+        self.actions.append(np.array(a))
+        self.obs.append(self.np_random.normal(size=3) * 3)
+        return self.obs[-1], 1.0, False, len(self.actions) >= 20, {}
+
+
+def test_rollout_acts_with_the_normalized_linear_policy_of_eq_2():
+    env = RecordingEnv()
+    M, mu, inv_sigma = np.array([[0.3, -0.2, 0.1], [1.0, 0.5, -2.0]]), np.array([0.1, -1.0, 2.0]), np.array([2.0, 0.5, 1.0])
+    total, shaped, steps, stats = ars.rollout(env, M, mu, inv_sigma, env_seed=3, keep_obs=True)
+    expected = [np.clip(M @ ((x - mu) * inv_sigma), -0.5, 0.5) for x in env.obs[:-1]]
+    np.testing.assert_allclose(env.actions, expected)
+    assert 0 < np.abs(np.array(expected)).max() and (np.abs(np.array(expected)) == 0.5).any()  # clipping happened
+    n, mean, m2 = stats
+    np.testing.assert_allclose(mean, np.mean(env.obs[:-1], axis=0))  # the final observation is never acted on
+    assert (total, shaped, steps, n) == (20.0, 20.0, 20, 20)
+
+
 def test_ars_raises_the_return_on_a_cheap_environment(tmp_path):
     result = run(tmp_path, env="InvertedPendulum-v5", iterations=10, n_directions=8, top_b=4, alpha=0.5,
                  nu=0.2, eval_every=10, eval_episodes=3, workers=2, seed=3)
@@ -179,8 +221,8 @@ class CrashEnv(NanEnv):
         os._exit(3)  # a worker process that dies without a word
 
 
-gym.register("NanTest-v0", entry_point=NanEnv)
-gym.register("CrashTest-v0", entry_point=CrashEnv)
+gym.register("NanTest-v0", entry_point=NanEnv, max_episode_steps=100)
+gym.register("CrashTest-v0", entry_point=CrashEnv, max_episode_steps=100)
 
 
 def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
@@ -274,13 +316,16 @@ def bad(tmp_path, *argv):
     (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu must be positive"),
     (["--env", "Pendulum-v1", "--workers", "0"], "--workers"),
     (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid int value"),
+    (["--env", "Pendulum-v1", "--seed", "-1"], "--seed must be 0 or more"),
+    (["--env", "Pendulum-v1", "--alpha", "inf"], "must be finite numbers"),
+    (["--env", "Pendulum-v1", "--shift", "nan"], "must be finite numbers"),
 ])
 def test_bad_flags(tmp_path, argv, message):
     assert message in bad(tmp_path, *argv)
 
 
 def test_missing_corrupt_and_mismatched_checkpoints(tmp_path):
-    assert "not an ars.py run directory" in bad(tmp_path, "--resume", str(tmp_path / "nowhere"))
+    assert "not a run directory of ars.py" in bad(tmp_path, "--resume", str(tmp_path / "nowhere"))
     good = run(tmp_path / "good", iterations=1)
     latest = os.path.join(good["run_dir"], "checkpoints", "latest.npz")
     saved = open(latest, "rb").read()

@@ -201,14 +201,16 @@ def bad(tmp_path, *argv):
     (["--hidden", "16,x"], "--hidden takes sizes"),
     (["--workers", "0"], "--workers"),
     (["--env", "Blackjack-v1"], "observations must be a flat Box vector"),
-    (["--play", "/nonexistent/run"], "not an es_basic.py run directory"),
+    (["--play", "/nonexistent/run"], "not a run directory of es_basic.py"),
+    (["--seed", "-3"], "--seed must be 0 or more"),
+    (["--sigma", "nan"], "must be finite numbers"),
 ])
 def test_bad_flags(tmp_path, argv, message):
     assert message in bad(tmp_path, *argv)
 
 
 def test_unsupported_action_space_is_refused():
-    gym.register("MultiBinaryTest-v0", entry_point=MultiBinaryEnv)
+    gym.register("MultiBinaryTest-v0", entry_point=MultiBinaryEnv, max_episode_steps=10)
     with pytest.raises(es.UserError, match="Discrete actions and bounded 1-D Box"):
         es.check_env("MultiBinaryTest-v0")
 
@@ -229,6 +231,14 @@ def test_corrupt_and_mismatched_checkpoints(tmp_path):
     assert "parameters" in bad(tmp_path, "--play", good["run_dir"])
 
 
+def test_playing_a_run_of_the_other_script_is_refused(tmp_path):
+    es_run = run(tmp_path / "es", iterations=1)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "ars.py"), "--play", es_run["run_dir"]],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "is not a run directory of ars.py" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_unwritable_output_folder(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -244,7 +254,7 @@ class CrashEnv(MultiBinaryEnv):
 
 
 def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
-    gym.register("EsCrashTest-v0", entry_point=CrashEnv)
+    gym.register("EsCrashTest-v0", entry_point=CrashEnv, max_episode_steps=10)
     with pytest.raises(RuntimeError, match="worker process died"):
         run(tmp_path, env="EsCrashTest-v0", workers=2)
 
