@@ -33,8 +33,9 @@ import numpy as np  # noqa: E402
 
 # alpha: step size, nu: exploration noise, N: directions, b: top directions, shift: survival bonus
 # subtracted from every training reward, version: 1 (M x) or 2 (M (x - mu) / sigma).
-# MuJoCo rows: the hyperparameters recorded for the paper's runs (docs/ars.md, "Presets", gives
-# each source), with an iteration budget of several times the paper's average to the threshold.
+# MuJoCo rows: RL Baselines3 Zoo's ARS settings and the official ARS code's Humanoid defaults
+# (docs/ars.md, "Presets", gives each source), with an iteration budget of several times the
+# paper's average to the threshold.
 PRESETS = {
     "Swimmer-v5": dict(alpha=0.02, nu=0.01, n_directions=1, top_b=1, shift=0.0, version=1, iterations=1000),
     "Hopper-v5": dict(alpha=0.01, nu=0.025, n_directions=8, top_b=4, shift=1.0, version=2, iterations=1000),
@@ -44,7 +45,7 @@ PRESETS = {
     "Humanoid-v5": dict(alpha=0.02, nu=0.0075, n_directions=230, top_b=230, shift=5.0, version=2,
                         iterations=1000),
     # Tuned in this repository (docs/ars.md, "BipedalWalker-v3"). Clipping every reward to [-1, 1]
-    # (a popular ARS tutorial's trick) turns the -100 of a fall into -1, so that falls do not
+    # (the trick of C. Skow's ARS tutorial, github.com/colinskow/move37) turns the -100 of a fall into -1, so that falls do not
     # dominate sigma_R.
     # The run stops once a 20-episode evaluation reaches 310 and 100 fresh episodes confirm
     # gymnasium's "solved": a mean of at least 300 over 100 episodes.

@@ -439,7 +439,7 @@ def es_iteration(episodes: Episodes, theta: np.ndarray, t: int, args) -> tuple:
     m = n // 2 if args.mirror else n
     eps = np.stack([sample_eps(args.seed, t, i, theta.size) for i in range(m)])  # (m, d), regenerated
     g = es_gradient(eps, F, args.sigma, args.mirror)  # Eqs. (3), (5)
-    # Eq. (6): a plain gradient step (the paper's reference code uses Adam, see es_openai.py)
+    # Eq. (6): a plain gradient step (deviation: the paper's reference code uses Adam)
     return theta + args.alpha * g - args.alpha * args.weight_decay * theta, returns, lengths, g
 
 
@@ -471,7 +471,7 @@ def train(args) -> dict:
             rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
         except (OSError, ValueError, IndexError):
             raise UserError(f"the progress.csv of '{run_dir}' is missing or damaged") from None
-    else:  # theta_0 = 0, the all-zero mean policy of the classic Ray tutorial on NES
+    else:  # theta_0 = 0, the all-zero mean policy of the Ray project's NES tutorial exercise
         state = {"theta": np.zeros(n_params(sizes)), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
         run_dir, rows = make_run_dir(args.out_dir, args.env, "es_basic", args.seed), []
     with open(os.path.join(run_dir, "config.json"), "w") as f:

@@ -6,6 +6,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 limit=${1:-1800}
+mkdir -p runs/bench
 for seed in 0 1 2; do
   timeout -s TERM "$limit" python ars.py --env BipedalWalker-v3 --seed "$seed" --out-dir runs/bench \
     > "runs/bench/bipedal_seed$seed.log" 2>&1

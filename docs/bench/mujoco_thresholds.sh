@@ -11,10 +11,11 @@ envs=${*:-Swimmer-v5 HalfCheetah-v5 Hopper-v5}
 declare -A target=([Swimmer-v5]=325 [Hopper-v5]=3120 [HalfCheetah-v5]=3430)
 mkdir -p runs/bench
 for env in $envs; do
+  [ -n "${target[$env]:-}" ] || { echo "no threshold known for $env (Swimmer-v5, HalfCheetah-v5, Hopper-v5)"; exit 2; }
   for seed in 0 1 2; do
     timeout -s TERM "$limit" python ars.py --env "$env" --seed "$seed" --target-return "${target[$env]}" \
       --out-dir runs/bench > "runs/bench/${env}_seed$seed.log" 2>&1
     tail -n 1 "runs/bench/${env}_seed$seed.log"
   done
 done
-python docs/bench/summarize.py runs/bench/{Swimmer,HalfCheetah,Hopper}-v5__ars__* 2>/dev/null
+for env in $envs; do python docs/bench/summarize.py runs/bench/${env}__ars__*; done

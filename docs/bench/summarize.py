@@ -16,6 +16,8 @@ import ars  # noqa: E402
 def summarize(run_dir: str) -> str:
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
     rows = ars.read_csv_rows(os.path.join(run_dir, "progress.csv"))
+    if not rows:
+        return f"| {cfg['env']} | {cfg['seed']} | no iteration logged | | | | | | |"
     last = rows[-1]
     evals = [r for r in rows if r[8] not in ("", "nan")]
     target = cfg.get("target_return")
