@@ -136,10 +136,16 @@ def test_workers_give_the_same_result_as_serial(tmp_path):
     assert not np.allclose(serial["theta"], run(tmp_path / "c", seed=5)["theta"])
 
 
-def test_mirroring_and_fitness_options_run(tmp_path):
-    for flags in (["--no-mirror"], ["--fitness", "none"], ["--fitness", "standardize"]):
-        result = run(tmp_path / flags[-1], *flags, iterations=2, population=5 if "--no-mirror" in flags else 6)
+def test_mirroring_and_fitness_options_change_the_update(tmp_path):
+    thetas = {}
+    for flags in ([], ["--no-mirror"], ["--fitness", "none"], ["--fitness", "standardize"]):
+        result = run(tmp_path / "-".join(flags or ["default"]), *flags, iterations=2, population=6)
         assert result["status"] == "done" and np.isfinite(result["theta"]).all()
+        thetas[" ".join(flags)] = result["theta"]
+    names = list(thetas)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not np.allclose(thetas[a], thetas[b]), (a, b)
 
 
 def test_continuous_actions_work(tmp_path):
@@ -253,10 +259,20 @@ class CrashEnv(MultiBinaryEnv):
         os._exit(3)  # a worker process that dies without a word
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="test environments reach workers only by fork")
 def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
+    import signal
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("the run hung after its worker died")
     gym.register("EsCrashTest-v0", entry_point=CrashEnv, max_episode_steps=10)
-    with pytest.raises(RuntimeError, match="worker process died"):
-        run(tmp_path, env="EsCrashTest-v0", workers=2)
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(60)
+    try:
+        with pytest.raises(RuntimeError, match="worker process died"):
+            run(tmp_path, env="EsCrashTest-v0", workers=2)
+    finally:
+        signal.alarm(0)
 
 
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):

@@ -2,8 +2,8 @@
 
     python docs/bench/summarize.py runs/BipedalWalker-v3__ars__*
 
-For each run: the seed, iterations, training episodes and env steps, wall time, the first
-iteration whose evaluation reached the run's --target-return (if any), and the last evaluation.
+For each run, where it stopped: the seed, iterations, training episodes and env steps, wall time,
+whether the last evaluation reached the run's --target-return, and that evaluation's mean.
 """
 import json
 import os
@@ -21,15 +21,14 @@ def summarize(run_dir: str) -> str:
     last = rows[-1]
     evals = [r for r in rows if r[8] not in ("", "nan")]
     target = cfg.get("target_return")
-    hit = next((r for r in evals if target is not None and float(r[8]) >= target), None)
-    reached = f"{int(hit[1]):,} episodes, {int(hit[2]):,} steps" if hit else "not reached"
+    reached = "yes" if evals and target is not None and float(evals[-1][8]) >= target else "no"
     return (f"| {cfg['env']} | {cfg['seed']} | {last[0]} | {int(last[1]):,} | {int(last[2]):,} | "
             f"{float(last[3]) / 60:.1f} min | {cfg['workers']} | {reached} | "
-            f"{float(evals[-1][8]):.1f} |" if evals else "")
+            f"{float(evals[-1][8]) if evals else float('nan'):.1f} |")
 
 
 def main():
-    print("| env | seed | iterations | episodes | env steps | wall time | workers | target reached at | last evaluation |")
+    print("| env | seed | iterations | episodes | env steps | wall time | workers | target reached | last evaluation |")
     print("|---|---|---|---|---|---|---|---|---|")
     for run_dir in sys.argv[1:]:
         print(summarize(run_dir))
