@@ -57,6 +57,11 @@ GENERIC = dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version
                reward_clip=0.0, iterations=300, eval_every=10, eval_episodes=10, confirm_episodes=0)
 
 
+def available_cores() -> int:
+    """The cores this process may use (a CPU affinity mask or a container can allow fewer than exist)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class Parser(argparse.ArgumentParser):
     def __init__(self, **kw):
         super().__init__(allow_abbrev=False, **kw)  # --iter is no --iterations: --resume must see every flag
@@ -84,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--shift", type=float, help="survival bonus subtracted from training rewards (typ. 0-5)")
     a("--reward-clip", type=float, help="clip training rewards to [-c, c]; 0 turns it off")
     a("--episode-length", type=int, help="H, steps per episode (default: the env's time limit)")
-    a("--workers", type=int, default=os.cpu_count() or 1, help="rollout processes (default: all cores)")
+    a("--workers", type=int, default=available_cores(), help="rollout processes (default: all cores)")
     a("--out-dir", default="runs", help="where run directories are created")
     a("--eval-every", type=int, help="evaluate the noiseless policy every K iterations (preset)")
     a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
@@ -405,10 +410,17 @@ def load_npz(path: str) -> dict:
 
 
 def write_csv_rows(path: str, rows: list, header: list):
-    with open(path, "w", newline="") as f:
+    with open(path + ".tmp", "w", newline="") as f:  # then renamed: an interruption leaves the old file
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
+    os.replace(path + ".tmp", path)
+
+
+def write_json(path: str, data: dict):
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 def read_csv_rows(path: str) -> list:
@@ -535,8 +547,9 @@ def train(args) -> dict:
     """The run: iterations, evaluations, logging and checkpoints. Returns the final state."""
     obs_dim, act_dim = check_env(args.env, args.episode_length)
     run_dir, state, rows = start_run(args, obs_dim, act_dim)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({**vars(args), "run_dir": run_dir, "versions": versions()}, f, indent=2)
+    write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
+    if not args.resume:
+        checkpoint(run_dir, state, args)  # iteration 0: a run that fails early can still be resumed
     write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
     csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
     print(f"run directory: {run_dir}", flush=True)

@@ -381,10 +381,17 @@ def load_npz(path: str) -> dict:
 
 
 def write_csv_rows(path: str, rows: list, header: list):
-    with open(path, "w", newline="") as f:
+    with open(path + ".tmp", "w", newline="") as f:  # then renamed: an interruption leaves the old file
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
+    os.replace(path + ".tmp", path)
+
+
+def write_json(path: str, data: dict):
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 def read_csv_rows(path: str) -> list:
@@ -474,8 +481,9 @@ def train(args) -> dict:
     else:  # theta_0 = 0, the all-zero mean policy of the Ray project's NES tutorial exercise
         state = {"theta": np.zeros(n_params(sizes)), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
         run_dir, rows = make_run_dir(args.out_dir, args.env, "es_basic", args.seed), []
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump({**vars(args), "run_dir": run_dir, "versions": versions()}, f, indent=2)
+    write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
+    if not args.resume:
+        checkpoint(run_dir, state, args)  # iteration 0: a run that fails early can still be resumed
     write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
     csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
     print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
