@@ -49,13 +49,13 @@ def test_every_check_passes_on_the_solution(solution):
 def test_every_part_of_the_untouched_file_reports_not_implemented(student):
     for part in student.PARTS:
         status, message = student.run_check(part)
-        assert status == "not implemented" and part[1] in message, part[0]
+        assert status == "not implemented yet" and part[1] in message, part[0]
 
 
 def test_checker_stops_at_the_first_unfinished_part_without_crashing():
     out = subprocess.run([sys.executable, STUDENT, "--check"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert out.stdout.splitlines()[0] == ("Part 1 (initial_policy): not implemented: initial_policy still "
+    assert out.stdout.splitlines()[0] == ("Part 1 (initial_policy): not implemented yet: initial_policy still "
                                           "raises NotImplementedError")
     assert "Next: open nes_exercise.py, find 'Part 1'" in out.stdout and "Part 2" not in out.stdout
 

@@ -247,6 +247,13 @@ def _same(a: dict, b: dict) -> bool:
                                                               np.allclose(a[k], b[k]) for k in KEYS)
 
 
+def _peek(policy) -> str:
+    try:
+        return str(np.asarray(policy["W1"])[0, :2])
+    except Exception:
+        return f"a {type(policy).__name__}"
+
+
 def check_part1():
     mu = initial_policy(4, 2, 16)
     _expect(isinstance(mu, dict) and set(mu) == set(KEYS),
@@ -271,8 +278,10 @@ def check_part2():
         raise CheckFailed("plus and minus are swapped: plus is mu + sigma eps")
     if _same(plus, {k: mu[k] + eps[k] for k in KEYS}):
         raise CheckFailed("the perturbation is not scaled: use mu + sigma * eps")
-    _expect(_same(plus, want_plus), "plus should be mu + sigma * eps with eps = sample_noise(policy, seed)")
-    _expect(_same(minus, want_minus), "minus should be mu - sigma * eps, the mirror image of plus (the same eps)")
+    _expect(_same(plus, want_plus), "plus should be mu + sigma * eps with eps = sample_noise(policy, seed); "
+            f"expected W1[0, :2] = {want_plus['W1'][0, :2]}, got {_peek(plus)}")
+    _expect(_same(minus, want_minus), "minus should be mu - sigma * eps, the mirror image of plus (the same eps); "
+            f"expected W1[0, :2] = {want_minus['W1'][0, :2]}, got {_peek(minus)}")
 
 
 def check_part3():
@@ -340,12 +349,12 @@ PARTS = [("Part 1", "initial_policy", check_part1), ("Part 2", "mirrored_pair", 
 
 
 def run_check(part) -> tuple:
-    """(status, message) of one part: 'passed', 'not implemented' or 'wrong'."""
+    """(status, message) of one part: 'passed', 'not implemented yet' or 'wrong'."""
     name, function, check = part
     try:
         check()
     except NotImplementedError:
-        return "not implemented", f"{function} still raises NotImplementedError"
+        return "not implemented yet", f"{function} still raises NotImplementedError"
     except CheckFailed as e:
         return "wrong", str(e)
     except Exception as e:  # a half-done part: report it, never crash
@@ -359,7 +368,7 @@ def check_all(out=print) -> bool:
         out(f"{part[0]} ({part[1]}): {status}" + (f": {message}" if message else ""))
         if status != "passed":
             out(f"Next: open {os.path.basename(__file__)}, find '{part[0]}', complete {part[1]} (read its "
-                "docstring), then run --check again." if status == "not implemented" else
+                "docstring), then run --check again." if status == "not implemented yet" else
                 f"Next: fix {part[1]} in {os.path.basename(__file__)}, then run --check again.")
             return False
     out("All five parts pass. Train with: python " + os.path.relpath(__file__))
