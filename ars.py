@@ -565,7 +565,7 @@ def train(args) -> dict:
                 print(f"NaN or inf at iteration {new['iteration']}: the run stops; the last good checkpoint "
                       "is kept (try a smaller --alpha or --nu)", file=sys.stderr)
                 break
-            state, ev = new, np.array([np.nan])
+            state, ev = dict(new, wall_time=time.time() - t_start), np.array([np.nan])
             if state["iteration"] % args.eval_every == 0 or state["iteration"] == args.iterations:
                 ev = evaluate(pool, state["iteration"], state["M"], state["stats"], args, range(args.eval_episodes))
                 last_eval = ev.mean()
