@@ -144,7 +144,7 @@ def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget(solution
 
 def test_ray_is_optional_and_named_when_missing():
     try:
-        import ray  # noqa: F401
+        import ray  # noqa: F401  (only whether it imports matters)
         pytest.skip("Ray is installed")
     except ImportError:
         pass

@@ -4,7 +4,6 @@ stopped at its target without it: prints the confirmation and exits 0 if it pass
 
     python docs/bench/confirm_checkpoint.py runs/bench/BipedalWalker-v3__ars__1__<stamp>
 """
-import argparse
 import json
 import os
 import sys
