@@ -1,0 +1,454 @@
+"""Tests of es_openai.py: the math, the noise table and the workers, a run's behaviour, every
+option combination, the command line and bad input."""
+import glob
+import inspect
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import ars
+import es_basic
+import es_openai as eo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers are forked")
+
+
+def cli(*argv, timeout=240):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "es_openai.py"), *argv], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def config(**kw):
+    argv = []
+    for key, value in kw.items():
+        if value is True:
+            argv.append(f"--{key.replace('_', '-')}")
+        else:
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    return eo.resolve_config(eo.build_parser().parse_args(argv))
+
+
+TINY = dict(env="CartPole-v1", iterations=3, population=6, hidden="8", eval_every=1, eval_episodes=2,
+            noise_size=100_000, workers=1)
+
+
+def run(tmp_path, **kw):
+    args = config(**{**TINY, "out_dir": tmp_path, **kw})
+    return eo.train(args)
+
+
+# ---------------------------------------------------------------- the math
+
+
+def test_centered_ranks_and_sign_shaping_by_hand():
+    np.testing.assert_allclose(eo.centered_ranks(np.array([3.0, 1.0, 2.0, 10.0, -4.0])),
+                               [0.25, -0.25, 0.0, 0.5, -0.5])
+    returns = np.array([[5.0, 1.0], [2.0, 7.0]])
+    signs = np.array([[3.0, -2.0], [0.0, 4.0]])
+    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "centered_rank"),
+                               [[1 / 6, -0.5], [-1 / 6, 0.5]])
+    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "sign"), signs)
+    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "centered_sign_rank"), [[1 / 6, -0.5], [-1 / 6, 0.5]])
+    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "none"), returns)
+    np.testing.assert_allclose(eo.pair_weights(np.array([[1 / 6, -0.5], [-1 / 6, 0.5]])), [2 / 3, -2 / 3])
+
+
+def test_sign_return_counts_the_signs_of_the_rewards():
+    class Steps(gym.Env):
+        observation_space, action_space = gym.spaces.Box(-1, 1, (1,)), gym.spaces.Box(-1, 1, (1,))
+        rewards = [2.0, -0.5, 0.0, 3.0, 1.0]
+
+        def reset(self, seed=None, options=None):
+            self.t = 0
+            return np.zeros(1), {}
+
+        def step(self, a):
+            self.t += 1
+            return np.zeros(1), self.rewards[self.t - 1], False, self.t == 5, {}
+
+    env = Steps()
+    policy = eo.Policy(np.zeros(2, np.float32), [1, 1], "tanh", np.zeros(1), np.ones(1), env.action_space, 0)
+    total, sign_total, steps, _ = eo.rollout(env, policy, 0)
+    assert (total, sign_total, steps) == (5.5, 2.0, 5)
+
+
+def test_batched_weighted_sum_equals_a_plain_loop():
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal(1000).astype(np.float32)
+    idx, w, dim = rng.integers(0, 1000 - 37, 23), rng.standard_normal(23), 37
+    loop = sum(w[i] * table[idx[i]:idx[i] + dim] for i in range(23))
+    np.testing.assert_allclose(eo.batched_weighted_sum(w, idx, table, dim, batch_size=5), loop, rtol=1e-5, atol=1e-5)
+    F = np.array([[0.5, -0.5], [0.0, 0.25]])
+    g = eo.es_gradient(F, idx[:2], table, dim)
+    np.testing.assert_allclose(g, (1.0 * table[idx[0]:idx[0] + dim] - 0.25 * table[idx[1]:idx[1] + dim]) / 4,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_adam_sgd_and_plain_steps_by_hand():
+    g1, g2 = np.array([1.0, -2.0], np.float32), np.array([0.5, 0.5], np.float32)
+    adam = eo.Adam(2, alpha=0.1, beta1=0.9, beta2=0.999, epsilon=1e-8)
+    np.testing.assert_allclose(adam.step(g1), [-0.1, 0.1], rtol=1e-5)  # first Adam step: -alpha sign(g)
+    m, v = 0.9 * 0.1 * g1 + 0.1 * g2, 0.999 * 0.001 * g1 ** 2 + 0.001 * g2 ** 2
+    a = 0.1 * np.sqrt(1 - 0.999 ** 2) / (1 - 0.9 ** 2)
+    np.testing.assert_allclose(adam.step(g2), -a * m / (np.sqrt(v) + 1e-8), rtol=1e-5)
+    sgd = eo.SGD(2, alpha=0.1, momentum=0.9)
+    np.testing.assert_allclose(sgd.step(g1), -0.1 * 0.1 * g1, rtol=1e-6)
+    np.testing.assert_allclose(sgd.step(g2), -0.1 * (0.9 * 0.1 * g1 + 0.1 * g2), rtol=1e-6)
+    np.testing.assert_allclose(eo.Plain(2, alpha=0.1).step(g1), -0.1 * g1)
+
+
+def test_update_applies_weight_decay_and_divides_plain_steps_by_sigma():
+    theta, g = np.array([1.0, -1.0], np.float32), np.array([0.2, 0.4], np.float32)
+    args = config(optimizer="plain", alpha=0.1, sigma=0.5, l2coeff=0.01)
+    new = eo.update(theta, g, eo.make_optimizer(args, 2), args)
+    np.testing.assert_allclose(new, theta - 0.1 * (-g / 0.5 + 0.01 * theta), rtol=1e-6)
+    args = config(optimizer="sgd", alpha=0.1, sigma=0.5, l2coeff=0.01, momentum=0.0)
+    new = eo.update(theta, g, eo.make_optimizer(args, 2), args)
+    np.testing.assert_allclose(new, theta - 0.1 * (-g + 0.01 * theta), rtol=1e-6)
+
+
+def test_normc_columns_have_norm_one_and_the_output_layer_one_hundredth():
+    sizes = [5, 16, 16, 3]
+    layers = eo.unflatten(eo.normc_init(sizes, np.random.default_rng(0)), sizes)
+    for j, (W, b) in enumerate(layers):
+        expected = 0.01 if j == len(layers) - 1 else 1.0
+        np.testing.assert_allclose(np.linalg.norm(W, axis=0), expected, rtol=1e-5)
+        assert not b.any()
+
+
+def test_running_stat_gives_mean_std_with_the_floor():
+    x = np.random.default_rng(0).normal([1.0, 5.0], [2.0, 0.01], size=(20000, 2))
+    stat = eo.RunningStat(2)
+    for part in np.array_split(x, 3):
+        stat.increment(part.sum(0), np.square(part).sum(0), len(part))
+    np.testing.assert_allclose(stat.mean, x.mean(0), rtol=1e-3)
+    np.testing.assert_allclose(stat.std, [x.std(0)[0], 0.1], rtol=1e-2)  # 0.01 is floored to 0.1
+
+
+def test_policy_normalizes_clips_and_maps_bins_to_bounds():
+    space = gym.spaces.Box(np.array([-1.0, -2.0], np.float32), np.array([1.0, 2.0], np.float32))
+    sizes = [3, 6]  # linear: 2 dimensions x 3 bins
+    theta = np.zeros(eo.n_params(sizes), np.float32)
+    W, b = eo.unflatten(theta, sizes)[0]
+    b[:] = [5, 0, 0, 0, 0, 5]  # dimension 0 -> bin 0 (low), dimension 1 -> bin 2 (high)
+    policy = eo.Policy(theta, sizes, "tanh", np.zeros(3), np.ones(3), space, 3)
+    np.testing.assert_allclose(policy(np.zeros(3)), [-1.0, 2.0])
+    b[:] = [0, 5, 0, 0, 5, 0]  # middle bins: the middle of the bounds
+    np.testing.assert_allclose(policy(np.zeros(3)), [0.0, 0.0])
+    np.testing.assert_allclose(policy(np.zeros(3), noise=np.array([5.0, -0.5])), [1.0, -0.5])  # noise, clipped
+    W[0, 0] = 1.0  # a continuous policy: (o - mean) / std clipped to [-5, 5] before the layer
+    sizes2 = [3, 2]
+    theta2 = np.zeros(eo.n_params(sizes2), np.float32)
+    eo.unflatten(theta2, sizes2)[0][0][0, 0] = 0.1
+    cont = eo.Policy(theta2, sizes2, "tanh", np.full(3, 2.0), np.full(3, 0.5), space, 0)
+    np.testing.assert_allclose(cont(np.array([100.0, 0, 0])), [0.5, 0.0], rtol=1e-6)  # clip 5 -> 0.1 * 5
+
+
+def test_elu_is_a_real_elu_and_lrelu_leaks():
+    z = np.array([-2.0, 0.0, 3.0])
+    np.testing.assert_allclose(eo.ACTIVATIONS["elu"](z), [np.exp(-2.0) - 1, 0.0, 3.0])
+    np.testing.assert_allclose(eo.ACTIVATIONS["lrelu"](z), [-0.02, 0.0, 3.0])
+
+
+def test_shared_helpers_are_identical_copies():
+    for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
+                 "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "Parser",
+                 "UserError", "stop_on_sigterm", "available_cores", "make_env"):
+        assert inspect.getsource(getattr(eo, name)) == inspect.getsource(getattr(ars, name)), name
+    assert inspect.getsource(eo.centered_ranks) == inspect.getsource(es_basic.centered_ranks)
+    assert eo.SHARED_COLUMNS == ars.SHARED_COLUMNS
+
+
+# ---------------------------------------------------------------- noise table and workers
+
+
+def pool_for(args, table):
+    obs_dim, act_space = eo.check_env(args)
+    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
+    return eo.WorkerPool(args.workers, table, args, act_space, sizes), sizes
+
+
+@FORK_ONLY
+def test_the_noise_table_is_one_shared_copy():
+    args = config(**{**TINY, "workers": 2})
+    table = eo.NoiseTable(1000, 123)
+    np.testing.assert_array_equal(table.table, np.random.default_rng(123).standard_normal(1000, dtype=np.float32))
+    pool, _ = pool_for(args, table)
+    try:
+        table.table[7] = 42.0  # written by the master after the workers started
+        for conn in pool.conns:
+            conn.send(("peek", 7))
+            _, _, value, name = conn.recv()
+            assert value == 42.0 and name == table.shm.name  # a copy would still hold the old number
+    finally:
+        pool.close()
+        table.close()
+
+
+@FORK_ONLY
+def test_results_of_an_older_generation_are_dropped_and_counted():
+    args = config(**{**TINY, "workers": 2})
+    table = eo.NoiseTable(100_000, 123)
+    pool, sizes = pool_for(args, table)
+    try:
+        task = {"theta": np.zeros(eo.n_params(sizes), np.float32), "ob_mean": np.zeros(4), "ob_std": np.ones(4)}
+        jobs = [("train", 0, 0), ("train", 0, 1)]
+        pool.run(task, lambda res: jobs.pop() if jobs else None, lambda res: not jobs)  # closes at once
+        assert len(pool.busy) == 2  # both workers still run their pair of generation 0
+        evals = [("eval", 1, 0)]
+        results, stale = pool.run(task, lambda res: evals.pop() if evals else None, lambda res: len(res) == 1)
+        assert list(results) == [0] and len(results[0]) == 2  # (return, length): only the new task's result
+        assert stale >= 1 and stale + len(pool.busy) == 2  # each old pair is dropped when it comes back
+    finally:
+        pool.close()
+        table.close()
+
+
+def test_a_generation_closes_at_the_shortest_finished_prefix():
+    args = config(**{**TINY, "population": 4})
+    gen = eo.Generation(0, 0, args)
+    jobs = [gen.next_job({}) for _ in range(3)]
+    assert [j[2] for j in jobs[:2]] == [0, 1] and jobs[2] is None  # 2 pairs = 4 episodes, no more
+    pair = ("pair", 0, [1.0, 2.0], [0.0, 0.0], [10, 10], None, None, {})
+    assert not gen.done({1: pair})  # job 0 is not back: the prefix is not finished
+    assert gen.done({0: pair, 1: pair}) and gen.closed_at == 2
+    args = config(**{**TINY, "population": 2, "min_timesteps": 25})
+    gen = eo.Generation(0, 0, args)
+    assert gen.next_job({})[2] == 0  # the population needs it
+    assert gen.next_job({})[2] == 1  # no steps counted yet: a free worker gets one more pair
+    assert gen.next_job({0: pair, 1: pair}) is None  # 40 steps >= 25
+    assert not gen.done({0: pair}) and gen.done({0: pair, 1: pair}) and gen.closed_at == 2
+    args = config(**{**TINY, "population": 2, "min_timesteps": 15})
+    gen = eo.Generation(0, 0, args)
+    gen.next_job({}), gen.next_job({})
+    assert gen.done({0: pair, 1: pair}) and gen.closed_at == 1  # job 1 finished but is skipped
+
+
+@FORK_ONLY
+def test_stale_results_are_counted_in_the_log(tmp_path):
+    # min_timesteps makes the master hand out more pairs than it may need: those still running when
+    # the generation closes come back stale; finished ones past the prefix are skipped.
+    result = run(tmp_path, workers=2, population=2, min_timesteps=300, iterations=4)
+    rows = list(csv_rows(result["run_dir"]))
+    assert any(float(r["skipped_frac"]) > 0 for r in rows)
+    assert all(int(r["timesteps_this_gen"]) >= 300 for r in rows)
+
+
+def csv_rows(run_dir):
+    import csv
+    with open(os.path.join(run_dir, "progress.csv")) as f:
+        yield from csv.DictReader(f)
+
+
+# ---------------------------------------------------------------- behaviour
+
+
+@FORK_ONLY
+def test_same_seed_gives_identical_results_with_any_worker_count(tmp_path):
+    one = run(tmp_path / "one", workers=1, min_timesteps=200, eval_prob=0.2)
+    two = run(tmp_path / "two", workers=2, min_timesteps=200, eval_prob=0.2)
+    np.testing.assert_array_equal(one["theta"], two["theta"])
+    assert one["env_steps"] == two["env_steps"] and one["episodes"] == two["episodes"]
+    other = run(tmp_path / "other", workers=1, min_timesteps=200, eval_prob=0.2, seed=1)
+    assert not np.array_equal(one["theta"], other["theta"])
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    full = run(tmp_path / "full", iterations=6, calc_obstat_prob=0.5)
+    half = run(tmp_path / "half", iterations=3, calc_obstat_prob=0.5)
+    resumed = eo.main(["--resume", half["run_dir"], "--iterations", "6"])
+    np.testing.assert_array_equal(full["theta"], resumed["theta"])
+    np.testing.assert_array_equal(full["ob_stat"].sum, resumed["ob_stat"].sum)
+    np.testing.assert_array_equal(full["optimizer"].v, resumed["optimizer"].v)
+    assert resumed["episodes"] == full["episodes"] and resumed["env_steps"] == full["env_steps"]
+
+
+def test_es_learns_cartpole_within_a_tiny_budget(tmp_path):
+    result = run(tmp_path, iterations=15, population=20, hidden="16", sigma=0.05, alpha=0.03, eval_every=15,
+                 eval_episodes=10)
+    rows = list(csv_rows(result["run_dir"]))
+    assert float(rows[-1]["eval_return_mean"]) > 150 > 3 * float(rows[0]["return_mean"])
+
+
+def test_observation_statistics_come_from_training_pairs_only(tmp_path):
+    none = run(tmp_path / "a", calc_obstat_prob=0.0, no_obs_norm=True)
+    some = run(tmp_path / "b", calc_obstat_prob=1.0)
+    assert none["ob_stat"].count == pytest.approx(1e-2)
+    assert some["ob_stat"].count == pytest.approx(1e-2 + some["env_steps"])  # every training step, no evaluation
+
+
+COMBINATIONS = list(itertools.product(("centered_rank", "sign", "centered_sign_rank", "none"), (True, False),
+                                      ("adam", "sgd", "plain"), (True, False)))
+
+
+@pytest.mark.parametrize("env_id, extra", [
+    ("CartPole-v1", {}),
+    ("Pendulum-v1", {"ac_bins": 5, "activation": "elu"}),
+    ("Pendulum-v1", {"ac_bins": 0, "ac_noise_std": 0.0, "activation": "lrelu"}),
+    ("Pendulum-v1", {"ac_noise_std": 0.1, "activation": "relu", "eval_prob": 0.3}),
+])
+def test_every_option_combination_runs(tmp_path, env_id, extra):
+    for i, (fitness, mirror, optimizer, obs_norm) in enumerate(COMBINATIONS):
+        kw = dict(TINY, env=env_id, iterations=1, population=4, eval_episodes=1, fitness=fitness, optimizer=optimizer,
+                  episode_length=20, **extra)
+        if not mirror:
+            kw["no_mirror"] = True
+        if not obs_norm:
+            kw["no_obs_norm"] = True
+        result = run(tmp_path / str(i), **kw)
+        assert result["status"] == "done" and result["iteration"] == 1 and np.isfinite(result["theta"]).all()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "CartPole-v1", "--ac-bins", "5"], "--ac-bins is for Box actions"),
+    (["--env", "CartPole-v1", "--ac-noise-std", "0.1"], "--ac-noise-std is for Box actions"),
+    (["--env", "Pendulum-v1", "--ac-bins", "1"], "--ac-bins must be 0 (continuous) or at least 2"),
+    (["--env", "Pendulum-v1", "--population", "5"], "even with mirrored sampling"),
+    (["--env", "Pendulum-v1", "--calc-obstat-prob", "0"], "--calc-obstat-prob must be positive"),
+    (["--env", "Pendulum-v1", "--eval-prob", "1"], "--eval-prob must be in [0, 1)"),
+    (["--env", "Pendulum-v1", "--noise-size", "10"], "smaller than the policy"),
+    (["--env", "Pendulum-v1", "--noise-size", str(10**12)], "lower --noise-size"),
+    (["--env", "Pendulum-v1", "--sigma", "0"], "--sigma must be positive"),
+    (["--env", "Pendulum-v1", "--alpha", "-1"], "--alpha must be positive"),
+    (["--env", "Pendulum-v1", "--momentum", "1"], "--momentum must be in [0, 1)"),
+    (["--env", "Pendulum-v1", "--beta2", "1.5"], "--beta1 and --beta2"),
+    (["--env", "Pendulum-v1", "--l2coeff", "-0.1"], "--l2coeff"),
+    (["--env", "Pendulum-v1", "--sigma", "nan"], "finite"),
+    (["--env", "Pendulum-v1", "--hidden", "64,x"], "--hidden takes sizes"),
+    (["--env", "Pendulum-v1", "--hidden", "0"], "--hidden sizes must be at least 1"),
+    (["--env", "Pendulum-v1", "--workers", "0"], "--workers"),
+    (["--env", "Pendulum-v1", "--fitness", "best"], "invalid choice"),
+    (["--env", "HalfCheetah-v9"], "did you mean HalfCheetah-v5"),
+    (["--env", "Blackjack-v1"], "observations must be a flat Box"),
+])
+def test_bad_flags(tmp_path, argv, message):
+    small_table = [] if "--noise-size" in argv else ["--noise-size", "100000"]
+    assert message in bad(tmp_path, *argv, *small_table)
+
+
+def bad(tmp_path, *argv):
+    out_dir = tmp_path / "out"
+    out = cli(*argv, "--out-dir", str(out_dir), timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("es_openai.py: error:"), out.stderr
+    assert not out_dir.exists()
+    return lines[0]
+
+
+def test_bad_checkpoints_and_run_directories(tmp_path):
+    assert "not a run directory of es_openai.py" in bad(tmp_path, "--resume", str(tmp_path / "nowhere"))
+    assert "not a run directory" in bad(tmp_path, "--evaluate-snapshots", str(tmp_path))
+    good = run(tmp_path / "good", iterations=1)
+    latest = os.path.join(good["run_dir"], "checkpoints", "latest.npz")
+    saved = open(latest, "rb").read()
+    open(latest, "wb").write(b"not a checkpoint")
+    assert "corrupt" in bad(tmp_path, "--play", good["run_dir"])
+    os.remove(latest)
+    assert "no checkpoint" in bad(tmp_path, "--resume", good["run_dir"])
+    open(latest, "wb").write(saved)
+    cfg_path = os.path.join(good["run_dir"], "config.json")
+    cfg = json.load(open(cfg_path))
+    json.dump({**cfg, "hidden_sizes": [9]}, open(cfg_path, "w"))
+    assert "this run needs [4, 9, 2]" in bad(tmp_path, "--play", good["run_dir"])
+    json.dump({**cfg, "env": "Acrobot-v1"}, open(cfg_path, "w"))
+    assert "is for CartPole-v1, not Acrobot-v1" in bad(tmp_path, "--play", good["run_dir"])
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    out = cli("--env", "CartPole-v1", "--noise-size", "100000", "--out-dir", str(blocker / "runs"), timeout=60)
+    assert out.returncode == 2 and "cannot create the run directory" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+class CrashEnv(gym.Env):
+    observation_space, action_space = gym.spaces.Box(-1, 1, (1,)), gym.spaces.Box(-1, 1, (1,))
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(1), {}
+
+    def step(self, a):
+        os._exit(3)  # a worker process that dies without a word
+
+
+gym.register("EoCrashTest-v0", entry_point=CrashEnv, max_episode_steps=10)
+
+
+@FORK_ONLY
+def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
+    def on_alarm(signum, frame):
+        raise TimeoutError("no answer within 60 s")
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(60)
+    try:
+        with pytest.raises(RuntimeError, match="worker process died"):
+            run(tmp_path, env="EoCrashTest-v0", workers=2)
+    finally:
+        signal.alarm(0)
+    assert os.path.isfile(glob.glob(str(tmp_path / "*" / "checkpoints" / "latest.npz"))[0])
+
+
+def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
+    tables_before = set(glob.glob("/dev/shm/psm_*"))
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_openai.py"), "--env", "Pendulum-v1",
+                             "--iterations", "100000", "--workers", "2", "--noise-size", "1000000",
+                             "--population", "10", "--eval-every", "1", "--eval-episodes", "4",
+                             "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    for line in proc.stdout:
+        if line.startswith("gen ") and int(line.split()[1]) >= 3:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "--resume" in err
+    run_dir = glob.glob(str(tmp_path / "*"))[0]
+    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
+    assert int(ck["iteration"]) >= 3
+    resumed = cli("--resume", run_dir, "--iterations", str(int(ck["iteration"]) + 1))
+    assert resumed.returncode == 0, resumed.stderr
+    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout
+    assert leftover.strip() == ""  # no orphan worker processes
+    assert set(glob.glob("/dev/shm/psm_*")) <= tables_before  # the shared noise table is gone too
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_help_lists_the_presets_and_the_paper_names():
+    out = cli("--help")
+    assert out.returncode == 0
+    for word in list(eo.PRESETS) + ["noise_stdev", "population_size", "return_proc_mode", "snapshot_freq"]:
+        assert word in out.stdout
+
+
+def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
+    out = cli("--env", "Pendulum-v1", "--iterations", "4", "--population", "4", "--save-every", "2",
+              "--eval-every", "2", "--eval-episodes", "1", "--noise-size", "1000000", "--workers", "2",
+              "--ac-bins", "5", "--out-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__es_openai__0__*"))
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    assert cfg["ac_bins"] == 5 and cfg["ac_noise_std"] == 0.01 and cfg["versions"]["numpy"] == np.__version__
+    header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    assert header.split(",") == eo.COLUMNS and len(rows) == 4
+    assert out.stdout.count("\ngen ") == 4
+    snaps = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    assert snaps == ["iter_000000.npz", "iter_000002.npz", "iter_000004.npz", "latest.npz"]
+    assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
+    ev = cli("--evaluate-snapshots", run_dir, "--episodes", "2", "--workers", "2")
+    assert ev.returncode == 0, ev.stderr
+    header, *rows = open(os.path.join(run_dir, "snapshots.csv")).read().splitlines()
+    assert [int(float(r.split(",")[0])) for r in rows] == [0, 2, 4]
+    assert os.path.getsize(os.path.join(run_dir, "snapshots.png")) > 1000
+    played = cli("--play", run_dir, "--episodes", "2")
+    assert played.returncode == 0 and "mean return" in played.stdout and "generation 4" in played.stdout
