@@ -10,6 +10,7 @@ below cite its equations as "Eq. (n)".
     python es_openai.py --evaluate-snapshots runs/<run-dir> --episodes 5
 """
 import argparse
+import copy
 import csv
 import datetime
 import difflib
@@ -375,21 +376,25 @@ ACTIVATIONS = {
 
 
 class Policy:
-    """a = pi_theta(o): normalize (Eq. 9), the MLP, then the action of Eq. (11)."""
+    """a = pi_theta(o): normalize (Eq. 9), the MLP, then the action of Eq. (11). The layers are
+    copied to float64 once per episode so that each step multiplies the environment's float64
+    observations without conversions; every constant of the step is an array made here."""
 
     def __init__(self, theta: np.ndarray, sizes: list, activation: str, ob_mean, ob_std, act_space, ac_bins: int):
-        self.layers, self.act = unflatten(theta, sizes), ACTIVATIONS[activation]
-        self.ob_mean = np.asarray(ob_mean, np.float32)
-        self.ob_inv_std = np.asarray(1.0 / np.asarray(ob_std), np.float32)
+        self.layers = [(W.astype(np.float64), b.astype(np.float64)) for W, b in unflatten(theta, sizes)]
+        self.act = ACTIVATIONS[activation]
+        self.ob_mean = np.asarray(ob_mean, np.float64)
+        self.ob_inv_std = 1.0 / np.asarray(ob_std, np.float64)
+        self.clip_low, self.clip_high = np.full(sizes[0], -5.0), np.full(sizes[0], 5.0)
         self.discrete = hasattr(act_space, "n")
         if not self.discrete:
-            self.low, self.high = act_space.low, act_space.high
-            self.bins = ac_bins
+            self.low, self.high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
+            self.bins, self.rows = ac_bins, np.arange(len(self.low))
             if ac_bins:  # bin k of dimension d is low_d + k (high_d - low_d) / (K - 1)
                 self.bin_values = np.linspace(self.low, self.high, ac_bins, axis=1)  # (adim, K)
 
     def __call__(self, ob: np.ndarray, noise=None):
-        x = np.clip((np.asarray(ob, np.float32) - self.ob_mean) * self.ob_inv_std, -5.0, 5.0)
+        x = np.minimum(np.maximum((ob - self.ob_mean) * self.ob_inv_std, self.clip_low), self.clip_high)
         for W, b in self.layers[:-1]:
             x = self.act(x @ W + b)
         W, b = self.layers[-1]
@@ -397,11 +402,11 @@ class Policy:
         if self.discrete:
             return int(np.argmax(y))
         if self.bins:  # Eq. (11): per dimension, the value of the bin with the largest logit
-            y = self.bin_values[np.arange(len(self.low)), np.argmax(y.reshape(len(self.low), self.bins), axis=1)]
+            y = self.bin_values[self.rows, np.argmax(y.reshape(len(self.low), self.bins), axis=1)]
         if noise is not None:  # action noise, training rollouts only
             y = y + noise
         # Deviation: actions are clipped to the bounds (the paper's code hands them to the env as they are).
-        return np.clip(y, self.low, self.high)
+        return np.minimum(np.maximum(y, self.low), self.high)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -852,24 +857,27 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
     indices = np.array([r[1] for r in pairs])
     returns, sign_returns, lengths = (np.array([r[j] for r in pairs]) for j in (2, 3, 4))  # (m, 2) or (m, 1)
     t1 = time.time()
+    # The new state gets its own optimizer and statistics: `state` stays whole until the step is
+    # accepted, so a stop or a NaN at any moment leaves a consistent state to checkpoint.
+    optimizer, ob_stat = copy.deepcopy(state["optimizer"]), copy.deepcopy(state["ob_stat"])
     F = shape_fitness(returns, sign_returns, args.fitness)  # Eqs. (4)-(5)
     g = es_gradient(F, indices, noise.table, state["theta"].size)  # Eq. (6)
-    theta = update(state["theta"], g, state["optimizer"], args)  # Eqs. (7)-(8)
+    theta = update(state["theta"], g, optimizer, args)  # Eqs. (7)-(8)
     ob_count = 0.0
     for r in pairs:  # Eq. (9): the new observations count from the next generation on
         if r[5] is not None:
-            state["ob_stat"].increment(r[5], r[6], float(sum(r[4])))
+            ob_stat.increment(r[5], r[6], float(sum(r[4])))
             ob_count += float(sum(r[4]))
     steps = int(lengths.sum() + noiseless[:, 1].sum())
     skipped = stale + sum(1 for k in results if k >= gen.closed_at)
-    new = dict(state, theta=theta, iteration=state["iteration"] + 1,
+    new = dict(state, theta=theta, optimizer=optimizer, ob_stat=ob_stat, iteration=state["iteration"] + 1,
                episodes=state["episodes"] + lengths.size + len(noiseless), env_steps=state["env_steps"] + steps)
     times = {name: np.array([r[7][name] for r in pairs]) for name in TIMERS}
     info = dict(returns=returns.ravel(), lengths=lengths.ravel(), noiseless=noiseless, steps=steps,
                 skipped_frac=skipped / (skipped + len(accepted)), ob_count=ob_count, grad_norm=np.linalg.norm(g),
                 update_norm=np.linalg.norm(theta - state["theta"]), time_gen=time.time() - t0,
                 time_update=time.time() - t1, times=times,
-                finite=bool(np.isfinite(theta).all() and np.isfinite(returns).all()))
+                finite=all(np.isfinite(a).all() for a in (theta, returns, ob_stat.sum, ob_stat.sumsq)))
     return new, info
 
 
@@ -952,8 +960,7 @@ def train(args) -> dict:
         pool.close()
         noise.close()
         csv_file.close()
-    if status != "diverged":  # a diverged update never enters a checkpoint: the last good one stays
-        checkpoint(run_dir, state, args, sizes, snapshot=status != "interrupted")
+    checkpoint(run_dir, state, args, sizes, snapshot=status != "interrupted")  # the last good state
     if rows:
         plot_progress(run_dir, rows, f"OpenAI ES on {args.env}")
     return dict(state, run_dir=run_dir, status=status)

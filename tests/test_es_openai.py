@@ -142,14 +142,15 @@ def test_policy_normalizes_clips_and_maps_bins_to_bounds():
     policy = eo.Policy(theta, sizes, "tanh", np.zeros(3), np.ones(3), space, 3)
     np.testing.assert_allclose(policy(np.zeros(3)), [-1.0, 2.0])
     b[:] = [0, 5, 0, 0, 5, 0]  # middle bins: the middle of the bounds
+    policy = eo.Policy(theta, sizes, "tanh", np.zeros(3), np.ones(3), space, 3)
     np.testing.assert_allclose(policy(np.zeros(3)), [0.0, 0.0])
     np.testing.assert_allclose(policy(np.zeros(3), noise=np.array([5.0, -0.5])), [1.0, -0.5])  # noise, clipped
-    W[0, 0] = 1.0  # a continuous policy: (o - mean) / std clipped to [-5, 5] before the layer
     sizes2 = [3, 2]
     theta2 = np.zeros(eo.n_params(sizes2), np.float32)
     eo.unflatten(theta2, sizes2)[0][0][0, 0] = 0.1
     cont = eo.Policy(theta2, sizes2, "tanh", np.full(3, 2.0), np.full(3, 0.5), space, 0)
-    np.testing.assert_allclose(cont(np.array([100.0, 0, 0])), [0.5, 0.0], rtol=1e-6)  # clip 5 -> 0.1 * 5
+    # a continuous policy: (o - mean) / std clipped to [-5, 5] before the layer, then 0.1 * 5
+    np.testing.assert_allclose(cont(np.array([100.0, 0, 0])), [0.5, 0.0], rtol=1e-6)
 
 
 def test_elu_is_a_real_elu_and_lrelu_leaks():
@@ -381,7 +382,25 @@ class CrashEnv(gym.Env):
         os._exit(3)  # a worker process that dies without a word
 
 
+class NanEnv(CrashEnv):
+    """The reward is the action until |a| > 0.3, then NaN."""
+
+    def step(self, a):
+        return np.zeros(1), float(a[0]) if abs(a[0]) <= 0.3 else float("nan"), False, False, {}
+
+
 gym.register("EoCrashTest-v0", entry_point=CrashEnv, max_episode_steps=10)
+gym.register("EoNanTest-v0", entry_point=NanEnv, max_episode_steps=10)
+
+
+@FORK_ONLY
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
+    result = run(tmp_path, env="EoNanTest-v0", iterations=50, optimizer="plain", alpha=10.0, ac_noise_std=0.0,
+                 save_every=1, hidden="4")
+    assert result["status"] == "diverged" and 0 < result["iteration"] < 50
+    assert "NaN or inf" in capsys.readouterr().err
+    ck = np.load(os.path.join(result["run_dir"], "checkpoints", "latest.npz"), allow_pickle=False)
+    assert np.isfinite(ck["theta"]).all() and int(ck["iteration"]) == result["iteration"]
 
 
 @FORK_ONLY

@@ -1,0 +1,54 @@
+"""Memory of a whole es_openai.py run: the largest proportional set size (PSS) of the master and
+its workers together, sampled every 0.2 s. PSS splits each shared page among the processes that
+map it, so the shared noise table counts once, not once per worker.
+
+    python docs/bench/es_openai_memory.py -- --env HalfCheetah-v5 --workers 2 --iterations 3
+
+Everything after -- goes to es_openai.py. Linux only (/proc/<pid>/smaps_rollup).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def children(pid: int) -> list:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def main():
+    argv = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else ["--env", "HalfCheetah-v5", "--iterations", "3"]
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_openai.py"), *argv, "--out-dir", out],
+                                stdout=subprocess.DEVNULL)
+        peak, peak_procs = 0, 0
+        while proc.poll() is None:
+            pids = [proc.pid] + children(proc.pid)
+            total = sum(pss_kib(p) for p in pids)
+            if total > peak:
+                peak, peak_procs = total, len(pids)
+            time.sleep(0.2)
+    print(f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak / 1e6:.2f} GB) over {peak_procs} processes; "
+          f"exit status {proc.returncode}")
+
+
+if __name__ == "__main__":
+    main()
