@@ -139,7 +139,7 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
         (0 <= args.momentum < 1, "--momentum must be in [0, 1)"),
         (0 <= args.beta1 < 1 and 0 <= args.beta2 < 1, "--beta1 and --beta2 must be in [0, 1)"),
         (args.l2coeff >= 0, "--l2coeff must be 0 or more"),
-        (args.population >= 1, "--population must be at least 1"),
+        (args.population >= 2, "--population must be at least 2 (ranks need two episodes)"),
         (not args.mirror or args.population % 2 == 0,
          f"--population must be even with mirrored sampling, got {args.population} (or add --no-mirror)"),
         (args.min_timesteps >= 0, "--min-timesteps must be 0 or more"),
@@ -370,7 +370,7 @@ def normc_init(sizes: list, rng: np.random.Generator) -> np.ndarray:
 ACTIVATIONS = {
     "tanh": np.tanh,
     "relu": lambda z: np.maximum(z, 0.0),
-    "lrelu": lambda z: np.maximum(z, 0.01 * z),  # leaky ReLU, slope 0.01 as the paper's code
+    "lrelu": lambda z: np.maximum(z, 0.01 * z),  # leaky ReLU, slope 0.01 below zero
     "elu": lambda z: np.where(z > 0, z, np.expm1(np.minimum(z, 0.0))),  # a real ELU (the seed's was lrelu)
 }
 
@@ -380,12 +380,14 @@ class Policy:
     copied to float64 once per episode so that each step multiplies the environment's float64
     observations without conversions; every constant of the step is an array made here."""
 
-    def __init__(self, theta: np.ndarray, sizes: list, activation: str, ob_mean, ob_std, act_space, ac_bins: int):
+    def __init__(self, theta: np.ndarray, sizes: list, activation: str, ob_mean, ob_std, act_space, ac_bins: int,
+                 ob_clip: bool = True):
         self.layers = [(W.astype(np.float64), b.astype(np.float64)) for W, b in unflatten(theta, sizes)]
         self.act = ACTIVATIONS[activation]
         self.ob_mean = np.asarray(ob_mean, np.float64)
         self.ob_inv_std = 1.0 / np.asarray(ob_std, np.float64)
-        self.clip_low, self.clip_high = np.full(sizes[0], -5.0), np.full(sizes[0], 5.0)
+        clip = 5.0 if ob_clip else np.inf  # without normalization the observations go in raw
+        self.clip_low, self.clip_high = np.full(sizes[0], -clip), np.full(sizes[0], clip)
         self.discrete = hasattr(act_space, "n")
         if not self.discrete:
             self.low, self.high = act_space.low.astype(np.float64), act_space.high.astype(np.float64)
@@ -494,7 +496,7 @@ def run_job(w: dict, task: dict, kind: str, generation: int, k: int) -> tuple:
     """What a worker computes for one job: a mirrored pair (or one episode) of the population
     (Eq. 6), a noiseless episode (eval_prob), or an evaluation episode. Scalars and sums only."""
     policy = lambda th: Policy(th, w["sizes"], w["activation"], task["ob_mean"], task["ob_std"], w["act_space"],  # noqa
-                               w["ac_bins"])
+                               w["ac_bins"], task["ob_clip"])
     if kind == "eval":  # --eval-every: the noiseless policy on evaluation seeds
         env_seed = int(stream(w["seed"], EVAL, generation, k).integers(2**31))
         return rollout(w["env"], policy(task["theta"]), env_seed)[::2]  # (return, length)
@@ -561,6 +563,7 @@ class WorkerPool:
                  calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         ctx = mp.get_context("fork")  # workers inherit the shared table and the environment's spaces
         self.conns, self.procs, self.busy, self.task_id = [], [], set(), 0
+        self.stale = self.stale_logged = 0  # results of an older task dropped so far, and logged so far
         for _ in range(n):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, args=(child, w), daemon=True)
@@ -614,6 +617,7 @@ class WorkerPool:
                 msg = self.receive(conn)
                 if msg[1] != task_id:  # from an older generation: dropped and counted
                     stale += 1
+                    self.stale += 1
                     continue
                 results[msg[2]] = msg[3]
 
@@ -842,15 +846,17 @@ def task_of(state: dict, args) -> dict:
     """What the master publishes: theta and the statistics, frozen for the generation (Eq. 9)."""
     ob = state["ob_stat"]
     mean, std = (ob.mean, ob.std) if args.obs_norm else (np.zeros_like(ob.sum), np.ones_like(ob.sum))
-    return {"theta": state["theta"], "ob_mean": mean, "ob_std": std}
+    return {"theta": state["theta"], "ob_mean": mean, "ob_std": std, "ob_clip": args.obs_norm}
 
 
 def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dict:
     """One generation of Algorithm 2 (docs/es_openai.md, "Pseudocode"): collect the population,
     shape the returns, estimate g, take the optimizer step, then merge the observation sums."""
-    t0 = time.time()
+    t0, stale_before = time.time(), pool.stale_logged
     gen = Generation(args.seed, state["iteration"], args)
-    results, stale = pool.run(task_of(state, args), gen.next_job, gen.done)
+    results, _ = pool.run(task_of(state, args), gen.next_job, gen.done)
+    stale = pool.stale - stale_before  # including those that came back during the last evaluation
+    pool.stale_logged = pool.stale
     accepted = [results[k] for k in range(gen.closed_at)]
     pairs = [r for r in accepted if r[0] == "pair"]
     noiseless = np.array([r[1:] for r in accepted if r[0] == "noiseless"]).reshape(-1, 2)
@@ -893,13 +899,32 @@ def start_run(args, sizes: list, obs_dim: int) -> tuple:
     return None, new_state(args, sizes, obs_dim), []
 
 
+def available_memory():
+    """MemAvailable of /proc/meminfo in bytes (what can be used without swapping), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def shm_space():
+    """Free bytes of /dev/shm, where shared memory lives on Linux (64 MB in a default Docker container)."""
+    try:
+        st = os.statvfs("/dev/shm")
+        return st.f_bavail * st.f_frsize
+    except (OSError, AttributeError):
+        return None
+
+
 def make_noise_table(args, dim: int) -> NoiseTable:
     if args.noise_size < dim:
         raise UserError(f"--noise-size {args.noise_size} is smaller than the policy's {dim} parameters")
-    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") if hasattr(os, "sysconf") else None
-    if free and 4 * args.noise_size > free:
-        raise UserError(f"the noise table needs {4 * args.noise_size / 2**30:.1f} GiB and {free / 2**30:.1f} GiB "
-                        "are free: lower --noise-size")
+    need = 4 * args.noise_size
+    for what, free in (("memory", available_memory()), ("/dev/shm", shm_space())):
+        if free is not None and need > free:
+            raise UserError(f"the noise table needs {need / 2**30:.2f} GiB and {what} has {free / 2**30:.2f} GiB "
+                            "available: lower --noise-size")
     if args.noise_size >= 10**8:
         print(f"creating the noise table: {args.noise_size:,} float32 ({4 * args.noise_size / 2**30:.2f} GiB) ...",
               flush=True)
@@ -928,7 +953,8 @@ def train(args) -> dict:
     print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
     pool = WorkerPool(args.workers, noise, args, act_space, sizes)
     evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
-    last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
+    last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], None
+    title = f"OpenAI ES on {args.env}"
     try:
         while state["iteration"] < args.iterations:
             new, info = es_generation(pool, noise, state, args)
@@ -937,37 +963,40 @@ def train(args) -> dict:
                 print(f"NaN or inf at generation {new['iteration']}: the run stops; the last good checkpoint "
                       "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
                 break
-            state, ev = dict(new, wall_time=time.time() - t_start), np.array([np.nan])
-            if state["iteration"] % args.eval_every == 0 or state["iteration"] == args.iterations:
-                ev = pool.evaluate(task_of(state, args), state["iteration"], range(args.eval_episodes))
+            ev = np.array([np.nan])
+            if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
+                ev = pool.evaluate(task_of(new, args), new["iteration"], range(args.eval_episodes))
                 last_eval = ev.mean()
-            state["wall_time"] = time.time() - t_start
-            rows.append(log_generation(csv_file, state, info, ev, last_eval, args))
-            if state["iteration"] % args.save_every == 0:
-                checkpoint(run_dir, state, args, sizes, snapshot=True)
-                plot_progress(run_dir, rows, f"OpenAI ES on {args.env}")
-            reached = args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return
-            if reached:
+            new["wall_time"] = time.time() - t_start
+            row, line = log_generation(csv_file, new, info, ev, last_eval, args)
+            rows.append(row)
+            state = new  # logged: from here on a stop resumes after this generation
+            print(line, flush=True)
+            if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
+                checkpoint(run_dir, state, args, sizes, snapshot=state["iteration"] % args.save_every == 0)
+                plot_progress(run_dir, rows, title)
+            if args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return:
                 print(f"target {args.target_return} reached at generation {state['iteration']}: "
                       f"{state['episodes']} episodes, {state['env_steps']} env steps, "
                       f"{fmt_time(state['wall_time'])}", flush=True)
                 status = "target"
                 break
+        status = status or "done"
     except KeyboardInterrupt:
         status = "interrupted"
         print(f"\ninterrupted: resume with  python es_openai.py --resume {run_dir}", file=sys.stderr)
-    finally:
+    finally:  # also when a worker died: the last logged generation is kept to resume from
         pool.close()
         noise.close()
         csv_file.close()
-    checkpoint(run_dir, state, args, sizes, snapshot=status != "interrupted")  # the last good state
-    if rows:
-        plot_progress(run_dir, rows, f"OpenAI ES on {args.env}")
+        checkpoint(run_dir, state, args, sizes, snapshot=status in ("done", "target"))
+        if rows:
+            plot_progress(run_dir, rows, title)
     return dict(state, run_dir=run_dir, status=status)
 
 
-def log_generation(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: float, args) -> list:
-    """One row of progress.csv (flushed) and one progress line."""
+def log_generation(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: float, args) -> tuple:
+    """Writes one row of progress.csv (flushed); returns it and the progress line to print."""
     returns, lengths, nl, times = info["returns"], info["lengths"], info["noiseless"], info["times"]
     steps_per_s = info["steps"] / info["time_gen"]
     nan = float("nan")
@@ -984,10 +1013,10 @@ def log_generation(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval:
     csv.writer(csv_file).writerow(row)
     csv_file.flush()
     eta = (args.iterations - state["iteration"]) * state["wall_time"] / state["iteration"]
-    print(f"gen {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
-          f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
-          f"{steps_per_s:6.0f} steps/s | {fmt_time(state['wall_time'])} | ETA {fmt_time(eta)}", flush=True)
-    return [str(v) for v in row]
+    line = (f"gen {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
+            f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
+            f"{steps_per_s:6.0f} steps/s | {fmt_time(state['wall_time'])} | ETA {fmt_time(eta)}")
+    return [str(v) for v in row], line
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1009,7 +1038,8 @@ def play(args) -> np.ndarray:
     sizes, act_space = saved_run(args.play, args)
     state = load_state(os.path.join(args.play, "checkpoints", "latest.npz"), args, sizes)
     task = task_of(state, args)
-    policy = Policy(task["theta"], sizes, args.activation, task["ob_mean"], task["ob_std"], act_space, args.ac_bins)
+    policy = Policy(task["theta"], sizes, args.activation, task["ob_mean"], task["ob_std"], act_space, args.ac_bins,
+                    task["ob_clip"])
     env = make_env(args.env, args.episode_length)
     returns = np.array([rollout(env, policy, int(stream(args.seed, EVAL, 10**6, j).integers(2**31)))[0]
                         for j in range(args.episodes)])

@@ -200,7 +200,8 @@ def test_results_of_an_older_generation_are_dropped_and_counted():
     table = eo.NoiseTable(100_000, 123)
     pool, sizes = pool_for(args, table)
     try:
-        task = {"theta": np.zeros(eo.n_params(sizes), np.float32), "ob_mean": np.zeros(4), "ob_std": np.ones(4)}
+        task = {"theta": np.zeros(eo.n_params(sizes), np.float32), "ob_mean": np.zeros(4), "ob_std": np.ones(4),
+                "ob_clip": True}
         jobs = [("train", 0, 0), ("train", 0, 1)]
         pool.run(task, lambda res: jobs.pop() if jobs else None, lambda res: not jobs)  # closes at once
         assert len(pool.busy) == 2  # both workers still run their pair of generation 0
