@@ -37,7 +37,7 @@ PRESETS = {
     "CartPole-v1": dict(sigma=0.1, alpha=0.05, population=50, iterations=100, eval_every=5,
                         eval_episodes=100, target_return=475.0),
     # A linear policy (no hidden layer) learns LunarLander fastest here (docs/es_basic.md, "Results").
-    "LunarLander-v3": dict(sigma=0.05, alpha=0.03, population=100, hidden="", iterations=500,
+    "LunarLander-v3": dict(sigma=0.1, alpha=0.03, population=100, hidden="", iterations=500,
                            eval_every=10, eval_episodes=100, target_return=200.0),
 }
 GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden="16", iterations=200, eval_every=10,

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The Table 3 anchors of docs/es_openai.md: each preset's default command for seeds 0, 1, 2, one
+# after the other on all cores, stopped when a 5-episode evaluation reaches the preset's target
+# (TRPO's score after 5M steps) or after the given seconds; then the final policy on 20 episodes.
+#   bash docs/bench/es_openai_table3.sh "HalfCheetah-v5 Swimmer-v5" [seconds per run, default 1200]
+set -u
+cd "$(dirname "$0")/../.."
+envs=${1:-"HalfCheetah-v5 Swimmer-v5"}
+limit=${2:-1200}
+mkdir -p runs/bench
+for env in $envs; do
+  for seed in 0 1 2; do
+    log="runs/bench/es_openai_${env}_seed$seed.log"
+    timeout -s TERM "$limit" python es_openai.py --env "$env" --seed "$seed" --out-dir runs/bench > "$log" 2>&1
+    run=$(grep -m1 '^run directory:' "$log" | cut -d' ' -f3)
+    python es_openai.py --play "$run" --episodes 20 --seed 1000 2>/dev/null | tee -a "$log"
+  done
+done
