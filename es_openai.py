@@ -367,25 +367,35 @@ def normc_init(sizes: list, rng: np.random.Generator) -> np.ndarray:
     return theta
 
 
-ACTIVATIONS = {
+def elu(z: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A real ELU, z for z > 0 and exp(z) - 1 below (the seed notebooks mapped elu to a leaky ReLU)."""
+    out[:] = np.where(z > 0, z, np.expm1(np.minimum(z, 0.0)))
+    return out
+
+
+ACTIVATIONS = {  # f(z, out): writes the activation of z into out
     "tanh": np.tanh,
-    "relu": lambda z: np.maximum(z, 0.0),
-    "lrelu": lambda z: np.maximum(z, 0.01 * z),  # leaky ReLU, slope 0.01 below zero
-    "elu": lambda z: np.where(z > 0, z, np.expm1(np.minimum(z, 0.0))),  # a real ELU (the seed's was lrelu)
+    "relu": lambda z, out: np.maximum(z, 0.0, out=out),
+    "lrelu": lambda z, out: np.maximum(z, 0.01 * z, out=out),  # leaky ReLU, slope 0.01 below zero
+    "elu": elu,
 }
 
 
 class Policy:
-    """a = pi_theta(o): normalize (Eq. 9), the MLP, then the action of Eq. (11). The layers are
-    copied to float64 once per episode so that each step multiplies the environment's float64
-    observations without conversions; every constant of the step is an array made here."""
+    """a = pi_theta(o): normalize (Eq. 9), the MLP, then the action of Eq. (11).
+
+    The step is written for speed, since it runs once per environment step: each layer's bias
+    is stored as the last row of its weight matrix and every layer input ends with a constant 1,
+    so a layer is one product and one activation written in place; the layers are float64 copies
+    made once per episode, so the environment's float64 observations need no conversion."""
 
     def __init__(self, theta: np.ndarray, sizes: list, activation: str, ob_mean, ob_std, act_space, ac_bins: int,
                  ob_clip: bool = True):
-        self.layers = [(W.astype(np.float64), b.astype(np.float64)) for W, b in unflatten(theta, sizes)]
+        self.layers = [np.vstack([W, b]).astype(np.float64) for W, b in unflatten(theta, sizes)]  # (n_in + 1, n_out)
+        self.inputs = [np.ones(n + 1) for n in sizes[:-1]]  # each layer's input and the constant 1
         self.act = ACTIVATIONS[activation]
-        self.ob_mean = np.asarray(ob_mean, np.float64)
         self.ob_inv_std = 1.0 / np.asarray(ob_std, np.float64)
+        self.ob_shift = -np.asarray(ob_mean, np.float64) * self.ob_inv_std  # (o - mean) / std = o / std + shift
         clip = 5.0 if ob_clip else np.inf  # without normalization the observations go in raw
         self.clip_low, self.clip_high = np.full(sizes[0], -clip), np.full(sizes[0], clip)
         self.discrete = hasattr(act_space, "n")
@@ -396,17 +406,22 @@ class Policy:
                 self.bin_values = np.linspace(self.low, self.high, ac_bins, axis=1)  # (adim, K)
 
     def __call__(self, ob: np.ndarray, noise=None):
-        x = np.minimum(np.maximum((ob - self.ob_mean) * self.ob_inv_std, self.clip_low), self.clip_high)
-        for W, b in self.layers[:-1]:
-            x = self.act(x @ W + b)
-        W, b = self.layers[-1]
-        y = x @ W + b
+        x = self.inputs[0]
+        v = x[:-1]  # Eq. (9): clip((o - mean) / std, -5, 5), written into the first input
+        np.multiply(ob, self.ob_inv_std, out=v)
+        np.add(v, self.ob_shift, out=v)
+        np.maximum(v, self.clip_low, out=v)
+        np.minimum(v, self.clip_high, out=v)
+        for Wb, nxt in zip(self.layers[:-1], self.inputs[1:]):
+            self.act(x @ Wb, nxt[:-1])  # h = f([x, 1] @ [W; b]) = f(x @ W + b)
+            x = nxt
+        y = x @ self.layers[-1]
         if self.discrete:
             return int(np.argmax(y))
         if self.bins:  # Eq. (11): per dimension, the value of the bin with the largest logit
             y = self.bin_values[self.rows, np.argmax(y.reshape(len(self.low), self.bins), axis=1)]
         if noise is not None:  # action noise, training rollouts only
-            y = y + noise
+            y += noise
         # Deviation: actions are clipped to the bounds (the paper's code hands them to the env as they are).
         return np.minimum(np.maximum(y, self.low), self.high)
 
@@ -462,14 +477,19 @@ def rollout(env, policy: Policy, env_seed: int, rng=None, ac_noise_std: float = 
     obs = [ob] if keep_obs else None
     noisy = rng is not None and ac_noise_std > 0
     t_policy = t_env = 0.0
+    noise = None
     while True:
         t0 = time.perf_counter()
-        noise = ac_noise_std * rng.standard_normal(len(policy.low)) if noisy else None
+        if noisy:  # drawn 256 steps at a time: one call to the generator instead of one per step
+            if steps % 256 == 0:
+                block = ac_noise_std * rng.standard_normal((256, len(policy.low)))
+            noise = block[steps % 256]
         action = policy(ob, noise)
         t1 = time.perf_counter()
         ob, r, terminated, truncated, _ = env.step(action)
         t_policy, t_env = t_policy + (t1 - t0), t_env + (time.perf_counter() - t1)
-        total, sign_total, steps = total + float(r), sign_total + np.sign(r), steps + 1
+        r = float(r)
+        total, sign_total, steps = total + r, sign_total + ((r > 0) - (r < 0)), steps + 1
         if frames is not None and steps % 2 == 1:  # every other frame: rendering costs more than a step
             frames.append(env.render())
         if terminated or truncated:
@@ -483,7 +503,7 @@ def rollout(env, policy: Policy, env_seed: int, rng=None, ac_noise_std: float = 
     if keep_obs:
         obs = np.asarray(obs, dtype=np.float64)
         stats = (obs.sum(axis=0), np.square(obs).sum(axis=0))
-    return total, float(sign_total), steps, stats
+    return float(total), float(sign_total), steps, stats
 
 
 def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:

@@ -155,8 +155,11 @@ def test_policy_normalizes_clips_and_maps_bins_to_bounds():
 
 def test_elu_is_a_real_elu_and_lrelu_leaks():
     z = np.array([-2.0, 0.0, 3.0])
-    np.testing.assert_allclose(eo.ACTIVATIONS["elu"](z), [np.exp(-2.0) - 1, 0.0, 3.0])
-    np.testing.assert_allclose(eo.ACTIVATIONS["lrelu"](z), [-0.02, 0.0, 3.0])
+    for name, expected in (("elu", [np.exp(-2.0) - 1, 0.0, 3.0]), ("lrelu", [-0.02, 0.0, 3.0]),
+                           ("relu", [0.0, 0.0, 3.0]), ("tanh", np.tanh(z))):
+        out = np.empty(3)
+        eo.ACTIVATIONS[name](z, out)
+        np.testing.assert_allclose(out, expected, err_msg=name)
 
 
 def test_shared_helpers_are_identical_copies():

@@ -1,4 +1,4 @@
-"""Summarize finished ars.py runs as a Markdown table (one row per run directory).
+"""Summarize finished runs of ars.py, es_basic.py or es_openai.py as a Markdown table (one row per run).
 
     python docs/bench/summarize.py runs/BipedalWalker-v3__ars__*
 
