@@ -197,7 +197,7 @@ def check_env(args) -> tuple:
 
 
 # ----------------------------------------------------------------------------------------------
-# The math (docs/es_openai.md, Eqs. 1-8)
+# The math (docs/es_openai.md, Eqs. 1-9)
 # ----------------------------------------------------------------------------------------------
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -439,8 +439,12 @@ class NoiseTable:
         self.shm = shared_memory.SharedMemory(create=True, size=4 * size)
         self.table = np.ndarray((size,), dtype=np.float32, buffer=self.shm.buf)
         rng, chunk = np.random.default_rng(seed), 1 << 24
-        for start in range(0, size, chunk):
-            rng.standard_normal(out=self.table[start:start + chunk], dtype=np.float32)
+        try:
+            for start in range(0, size, chunk):
+                rng.standard_normal(out=self.table[start:start + chunk], dtype=np.float32)
+        except BaseException:  # Ctrl-C while filling: the shared block must not outlive the run
+            self.close()
+            raise
 
     def sample_index(self, rng: np.random.Generator, dim: int) -> int:
         return int(rng.integers(0, len(self.table) - dim + 1))
@@ -962,16 +966,16 @@ def train(args) -> dict:
     noise = make_noise_table(args, n_params(sizes))  # before anything is written: a refusal leaves no trace
     try:
         run_dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
-    except UserError:
+        write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
+        if not args.resume:
+            checkpoint(run_dir, state, args, sizes, snapshot=True)  # generation 0 is a snapshot too
+        write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
+        csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
+        print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
+        pool = WorkerPool(args.workers, noise, args, act_space, sizes)
+    except BaseException:  # the shared table never outlives a run that could not start
         noise.close()
         raise
-    write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
-    if not args.resume:
-        checkpoint(run_dir, state, args, sizes, snapshot=True)  # generation 0 is a snapshot too
-    write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
-    csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
-    print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
-    pool = WorkerPool(args.workers, noise, args, act_space, sizes)
     evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
     last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], None
     title = f"OpenAI ES on {args.env}"
@@ -1164,6 +1168,9 @@ def main(argv=None):
     except UserError as e:
         print(f"es_openai.py: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # before the first generation, or during --play / --evaluate-snapshots
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)
     except RuntimeError as e:
         print(f"es_openai.py: error: {e}", file=sys.stderr)
         sys.exit(1)
