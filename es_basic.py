@@ -37,7 +37,7 @@ PRESETS = {
     "CartPole-v1": dict(sigma=0.1, alpha=0.05, population=50, iterations=100, eval_every=5,
                         eval_episodes=100, target_return=475.0),
     # A linear policy (no hidden layer) learns LunarLander fastest here (docs/es_basic.md, "Results").
-    "LunarLander-v3": dict(sigma=0.1, alpha=0.03, population=100, hidden="", iterations=500,
+    "LunarLander-v3": dict(sigma=0.1, alpha=0.03, population=200, hidden="", iterations=500,
                            eval_every=10, eval_episodes=100, target_return=200.0),
 }
 GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden="16", iterations=200, eval_every=10,
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--fitness", choices=("rank", "standardize", "none"), default="rank",
           help="F_i: centered ranks in [-0.5, 0.5], standardized returns, or raw returns")
     a("--weight-decay", type=float, default=0.0, help="λ, L2 coefficient: theta -= α λ theta (typ. 0-0.01)")
-    a("--hidden", help="hidden layer sizes, comma separated, e.g. 16 or 64,64 (preset)")
+    a("--hidden", help="hidden layer sizes, comma separated, e.g. 16 or 64,64; '' for a linear policy (preset)")
     a("--activation", choices=("tanh", "relu"), default="tanh", help="hidden nonlinearity")
     a("--workers", type=int, default=1, help="processes for the episodes (default 1: serial)")
     a("--out-dir", default="runs", help="where run directories are created")
