@@ -230,6 +230,12 @@ def make_env(env_id: str, episode_length, render: bool = False):
     kw = {"max_episode_steps": episode_length} if episode_length else {}
     if render:
         kw["render_mode"] = "rgb_array"
+        env = gym.make(env_id, **kw)
+        model = getattr(env.unwrapped, "model", None)  # MuJoCo: film with the model's camera that
+        if model is not None and any(model.camera(i).name == "track" for i in range(model.ncam)):
+            env.close()  # follows the body; the default one stays put while the agent runs away
+            return gym.make(env_id, camera_name="track", **kw)
+        return env
     return gym.make(env_id, **kw)
 
 
