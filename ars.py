@@ -563,6 +563,7 @@ def train(args) -> dict:
     pool = WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
     evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
     last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
+    held = {}  # signal handlers set aside while an interrupted run saves its state
     try:
         while state["iteration"] < args.iterations:
             new, info = ars_iteration(pool, state, args)
@@ -589,6 +590,8 @@ def train(args) -> dict:
                 break
     except KeyboardInterrupt:
         status = "interrupted"
+        # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
+        held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
         print(f"\ninterrupted: resume with  python ars.py --resume {run_dir}", file=sys.stderr)
     finally:
         pool.close()
@@ -596,6 +599,8 @@ def train(args) -> dict:
     checkpoint(run_dir, state, args)  # the last good state: a diverged update never enters it
     if rows:
         plot_progress(run_dir, rows, title)
+    for signum, handler in held.items():
+        signal.signal(signum, handler)
     return dict(state, run_dir=run_dir, status=status)
 
 

@@ -985,6 +985,7 @@ def train(args) -> dict:
     evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
     last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], None
     title = f"OpenAI ES on {args.env}"
+    held = {}  # signal handlers set aside while an interrupted run saves its state
     try:
         while state["iteration"] < args.iterations:
             new, info = es_generation(pool, noise, state, args)
@@ -1014,6 +1015,8 @@ def train(args) -> dict:
         status = status or "done"
     except KeyboardInterrupt:
         status = "interrupted"
+        # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
+        held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
         print(f"\ninterrupted: resume with  python es_openai.py --resume {run_dir}", file=sys.stderr)
     finally:  # also when a worker died: the last logged generation is kept to resume from
         pool.close()
@@ -1022,6 +1025,8 @@ def train(args) -> dict:
         checkpoint(run_dir, state, args, sizes, snapshot=status in ("done", "target"))
         if rows:
             plot_progress(run_dir, rows, title)
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
     return dict(state, run_dir=run_dir, status=status)
 
 
