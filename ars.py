@@ -18,6 +18,7 @@ import multiprocessing.connection
 import os
 import platform
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,13 +45,14 @@ PRESETS = {
     "Ant-v5": dict(alpha=0.015, nu=0.025, n_directions=60, top_b=20, shift=1.0, version=2, iterations=1000),
     "Humanoid-v5": dict(alpha=0.02, nu=0.0075, n_directions=230, top_b=230, shift=5.0, version=2,
                         iterations=1000),
-    # Tuned in this repository (docs/ars.md, "BipedalWalker-v3"). Clipping every reward to [-1, 1]
-    # (the trick of C. Skow's ARS tutorial, github.com/colinskow/move37) turns the -100 of a fall into -1, so that falls do not
-    # dominate sigma_R.
+    # Tuned in this repository (docs/ars.md, "BipedalWalker-v3"). Every reward is clipped to
+    # [-10, 10]: only a fall (-100) is touched, and costs 10. Clipping at 1 (the trick of C. Skow's
+    # ARS tutorial, github.com/colinskow/move37) makes falls nearly free, and walkers that still fall
+    # now and then stall below 300; without clipping, falls dominate sigma_R and it learns to stand.
     # The run stops once a 20-episode evaluation reaches 310 and 100 fresh episodes confirm
     # gymnasium's "solved": a mean of at least 300 over 100 episodes.
     "BipedalWalker-v3": dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version=2,
-                             reward_clip=1.0, iterations=1000, eval_every=10, eval_episodes=20,
+                             reward_clip=10.0, iterations=1000, eval_every=10, eval_episodes=20,
                              target_return=310.0, confirm_episodes=100, confirm_return=300.0),
 }
 GENERIC = dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version=2,
@@ -89,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--shift", type=float, help="survival bonus subtracted from training rewards (typ. 0-5)")
     a("--reward-clip", type=float, help="clip training rewards to [-c, c]; 0 turns it off")
     a("--episode-length", type=int, help="H, steps per episode (default: the env's time limit)")
-    a("--workers", type=int, default=available_cores(), help="rollout processes (default: all cores)")
+    a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
     a("--out-dir", default="runs", help="where run directories are created")
     a("--eval-every", type=int, help="evaluate the noiseless policy every K iterations (preset)")
     a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
@@ -102,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--play", metavar="RUN_DIR", help="evaluate the policy saved in RUN_DIR and exit")
     a("--episodes", type=int, default=10, help="episodes for --play")
     a("--video", action="store_true", help="with --play: write RUN_DIR/video/<env>.gif of one episode")
+    a("--ray", action="store_true", help="run the rollouts on Ray: start one on this machine, or join "
+      "RAY_ADDRESS or --ray-address (pip install ray)")
+    a("--ray-address", metavar="ADDRESS", help="with --ray: an existing cluster, e.g. 10.0.0.1:6379 or auto")
     return p
 
 
@@ -121,7 +126,8 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
               (args.n_directions >= 1, "--n-directions must be at least 1"),
               (1 <= args.top_b <= args.n_directions,
                f"--top-b must be between 1 and --n-directions ({args.n_directions}), got {args.top_b}"),
-              (args.workers >= 1, "--workers must be at least 1"),
+              (args.workers is None or args.workers >= 1, "--workers must be at least 1"),
+              (args.ray or not args.ray_address, "--ray-address needs --ray"),
               (args.iterations >= 0, "--iterations must be at least 0"),
               (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
                "--eval-every, --eval-episodes and --save-every must be at least 1"),
@@ -134,7 +140,17 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
             raise UserError(message)
     if args.confirm_return is None:
         args.confirm_return = args.target_return
+    set_workers(args)
     return args
+
+
+def set_workers(args: argparse.Namespace):
+    """--workers defaults to this machine's cores, or with --ray to the cluster's CPUs (Ray is joined
+    or started here: a cluster that cannot be reached is refused before anything is written)."""
+    if args.ray and not args.play:
+        ray = start_ray(args.ray_address)
+        args.workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    args.workers = args.workers or available_cores()
 
 
 def check_env(env_id: str, episode_length=None):
@@ -267,34 +283,50 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     return float(total), float(shaped), steps, stats
 
 
-def worker_main(conn, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+class Rollouts:
+    """What every worker holds, a local process or a Ray actor: one environment and the current
+    iteration's parameters. Jobs are named (kind, index) and regenerate their own randomness, so
+    any worker computes the same result for the same job."""
+
+    def __init__(self, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+        self.env_id, self.episode_length, self.seed = env_id, episode_length, seed
+        self.shift, self.reward_clip, self.env, self.params = shift, reward_clip, None, None
+
+    def set_params(self, iteration: int, M, mu, inv_sigma, nu: float):
+        self.params = (iteration, M, mu, inv_sigma, nu)
+
+    def job(self, kind: str, index: int) -> tuple:
+        """("train", k): the mirrored pair of direction k (Eq. 3); ("eval", j): evaluation episode j,
+        noiseless, unshifted, and never seen by the normalizer. Returns scalars and statistics only."""
+        iteration, M, mu, inv_sigma, nu = self.params
+        self.env = self.env or make_env(self.env_id, self.episode_length)
+        if kind == "train":
+            delta = sample_direction(self.seed, iteration, index, M.shape)
+            env_seed = int(stream(self.seed, TRAIN_ENV, iteration, index).integers(2**31))
+            plus = rollout(self.env, M + nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, True)
+            minus = rollout(self.env, M - nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, True)
+            return "train", index, plus, minus
+        env_seed = int(stream(self.seed, EVAL, iteration, index).integers(2**31))
+        return "eval", index, rollout(self.env, M, mu, inv_sigma, env_seed)
+
+
+def worker_main(conn, *config):
     """A persistent rollout process: receives the matrix and normalizer once per iteration, then
     direction indices or evaluation episode numbers; sends back scalars and statistics only."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the master's SIGTERM handler is not for workers
-    env = None
-    M = mu = inv_sigma = None
+    worker = Rollouts(*config)
     while True:
         msg = conn.recv()
         if msg[0] == "stop":
             return
         if msg[0] == "params":
-            _, iteration, M, mu, inv_sigma, nu = msg
+            worker.set_params(*msg[1:])
             continue
-        kind, index = msg
         try:
-            env = env or make_env(env_id, episode_length)
-            if kind == "train":  # a mirrored pair on one environment seed (Eq. 3)
-                delta = sample_direction(seed, iteration, index, M.shape)
-                env_seed = int(stream(seed, TRAIN_ENV, iteration, index).integers(2**31))
-                plus = rollout(env, M + nu * delta, mu, inv_sigma, env_seed, shift, reward_clip, True)
-                minus = rollout(env, M - nu * delta, mu, inv_sigma, env_seed, shift, reward_clip, True)
-                conn.send(("train", index, plus, minus))
-            else:  # evaluation: noiseless, unshifted, and never seen by the normalizer
-                env_seed = int(stream(seed, EVAL, iteration, index).integers(2**31))
-                conn.send(("eval", index, rollout(env, M, mu, inv_sigma, env_seed)))
+            conn.send(worker.job(*msg))
         except Exception as e:  # the environment failed: tell the master instead of dying silently
-            conn.send(("error", index, f"{type(e).__name__}: {e}"))
+            conn.send(("error", msg[1], f"{type(e).__name__}: {e}"))
 
 
 class WorkerPool:
@@ -348,6 +380,117 @@ class WorkerPool:
             if proc.is_alive():
                 proc.terminate()
                 proc.join()
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray: the same rollouts on a cluster (--ray; docs/ars.md, "Scaling out")
+# ----------------------------------------------------------------------------------------------
+
+RAY_STARTED = []  # the Ray instance this process started (and must stop), if any
+
+
+def start_ray(address=None):
+    """Join the Ray cluster at `address` (or RAY_ADDRESS), or start one on this machine. Ray is
+    imported here only, so that it stays optional."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray needs Ray, which is not installed: pip install ray") from None
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS")
+        host, _, port = (address or "").replace("ray://", "").rpartition(":")
+        if host and port.isdigit():  # Ray itself would retry an unreachable address for minutes
+            try:
+                socket.create_connection((host, int(port)), timeout=10).close()
+            except OSError as e:
+                raise UserError(f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
+                                "'ray start --head' or check the address") from None
+        on_sigterm = signal.getsignal(signal.SIGTERM)
+        try:
+            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+        except Exception as e:  # no cluster at that address, a version mismatch, ...
+            where = f" at {address}" if address else ""
+            raise UserError(f"cannot start or join Ray{where}: {str(e).splitlines()[0]}") from None
+        finally:  # ray.init installs its own SIGTERM handler, which would skip the last checkpoint
+            signal.signal(signal.SIGTERM, on_sigterm)
+        RAY_STARTED.append(ray)
+    if __name__ != "__main__":  # imported (tests, notebooks): send this file's code to the nodes by value
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray
+
+
+def stop_ray():
+    while RAY_STARTED:
+        RAY_STARTED.pop().shutdown()
+
+
+class RayRollouts(Rollouts):
+    """The Ray actor: Rollouts whose parameters travel by reference with every job and are fetched
+    from the node's object store once per publication. An actor that Ray restarted after a crash
+    has none yet and fetches them again."""
+
+    def run(self, published: int, params: list, kind: str, index: int) -> tuple:
+        if getattr(self, "published", None) != published:
+            import ray
+            self.set_params(*ray.get(params[0]))  # params = [ref]: a bare ref would be fetched per job
+            self.published = published
+        return self.job(kind, index)
+
+    def where(self) -> tuple:
+        """(process id, node id) of this actor: for the tests."""
+        import ray
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+
+class RayPool:
+    """The WorkerPool's interface on Ray actors: one actor per worker, started once per run and
+    spread over the nodes. Each iteration puts the parameters into the object store once; a job
+    sends (publication, reference, kind, index) and gets back what a local worker sends. Ray
+    restarts an actor whose process or node is lost and runs its unfinished jobs again: every job
+    names its own randomness, so the results do not change."""
+
+    retries = 3  # restarts per actor, and retries per job, before the run stops with an error
+    timeout = 300.0  # seconds without any result (e.g. a lost node and no free CPU to replace it)
+
+    def __init__(self, n: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+        self.ray = ray = start_ray()
+        actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayRollouts)
+        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(env_id, episode_length, seed, shift,
+                                                                          reward_clip) for _ in range(n)]
+        self.published = 0
+
+    def run(self, iteration: int, M, mu, inv_sigma, nu: float, jobs: list) -> dict:
+        """Same as WorkerPool.run: every (kind, index) job, returned as {index: result}."""
+        ray, self.published = self.ray, self.published + 1
+        params, pending, inflight, results = [ray.put((iteration, M, mu, inv_sigma, nu))], list(reversed(jobs)), {}, {}
+
+        def submit(actor):
+            inflight[actor.run.remote(self.published, params, *pending.pop())] = actor
+
+        for actor in self.actors * 2:  # two jobs queued per actor hide the round trip between them
+            if pending:
+                submit(actor)
+        while inflight:
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=self.timeout)
+            if not done:
+                raise RuntimeError(f"no result from the Ray workers in {self.timeout:.0f} s (a node lost and no "
+                                   "free CPU to restart its workers?); resume with --resume")
+            actor = inflight.pop(done[0])
+            try:
+                kind, index, *out = ray.get(done[0])
+            except ray.exceptions.RayActorError:
+                raise RuntimeError(f"a Ray worker was lost {self.retries} times; the run stops (resume from the "
+                                   "last checkpoint with --resume)") from None
+            except ray.exceptions.RayTaskError as e:
+                raise RuntimeError(f"a rollout failed in a Ray worker: {type(e.cause).__name__}: {e.cause}") from None
+            results[index] = out
+            if pending:
+                submit(actor)
+        return results
+
+    def close(self):
+        for actor in self.actors:
+            self.ray.kill(actor, no_restart=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -560,7 +703,8 @@ def train(args) -> dict:
     csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
     print(f"run directory: {run_dir}", flush=True)
     title = f"ARS V{args.version}{'-t' if args.top_b < args.n_directions else ''} on {args.env}"
-    pool = WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
+    pool = (RayPool if args.ray else WorkerPool)(args.workers, args.env, args.episode_length, args.seed, args.shift,
+                                                 args.reward_clip)
     evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
     last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
     held = {}  # signal handlers set aside while an interrupted run saves its state
@@ -667,7 +811,8 @@ def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
 
 
 # Flags that may be given again with --resume: they steer the run (or, alpha and nu, rescue a
-# diverged one); every other option keeps its saved value.
+# diverged one); every other option keeps its saved value. --ray and --ray-address always come
+# from the command line: they say where the run goes on, not what it computes.
 RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "nu")
 
 
@@ -678,7 +823,7 @@ def resume_config(args: argparse.Namespace, argv) -> None:
     words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
     given = {key for key in RESUME_OVERRIDES if f"--{key.replace('_', '-')}" in words}
     for key, value in saved.items():
-        if key in vars(args) and key != "resume" and key not in given:
+        if key in vars(args) and key not in ("resume", "ray", "ray_address") and key not in given:
             setattr(args, key, value)
 
 
@@ -701,6 +846,8 @@ def main(argv=None):
     except RuntimeError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        stop_ray()
     if result["status"] == "diverged":
         sys.exit(1)
     if result["status"] == "interrupted":

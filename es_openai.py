@@ -21,6 +21,7 @@ import multiprocessing.connection
 import os
 import platform
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--noise-size", type=int, default=250_000_000, help="float32 numbers in the noise table (paper 250M, 1 GB)")
     a("--noise-seed", type=int, default=123, help="seed of the noise table (paper 123)")
     a("--episode-length", type=int, help="steps per episode (default: the env's time limit)")
-    a("--workers", type=int, default=available_cores(), help="rollout processes (default: all cores)")
+    a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
     a("--out-dir", default="runs", help="where run directories are created")
     a("--eval-every", type=int, help="evaluate the noiseless policy every K generations (preset)")
     a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
@@ -113,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--evaluate-snapshots", metavar="RUN_DIR", help="evaluate every snapshot of RUN_DIR: a table and a plot")
     a("--episodes", type=int, default=10, help="episodes for --play and --evaluate-snapshots")
     a("--video", action="store_true", help="with --play: write RUN_DIR/video/<env>.gif of one episode")
+    a("--ray", action="store_true", help="run the rollouts on Ray: start one on this machine, or join "
+      "RAY_ADDRESS or --ray-address (pip install ray)")
+    a("--ray-address", metavar="ADDRESS", help="with --ray: an existing cluster, e.g. 10.0.0.1:6379 or auto")
     return p
 
 
@@ -150,7 +154,8 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
         (0 <= args.eval_prob < 1, "--eval-prob must be in [0, 1)"),
         (args.ac_noise_std is None or args.ac_noise_std >= 0, "--ac-noise-std must be 0 or more"),
         (args.ac_bins == 0 or args.ac_bins >= 2, "--ac-bins must be 0 (continuous) or at least 2"),
-        (args.workers >= 1, "--workers must be at least 1"),
+        (args.workers is None or args.workers >= 1, "--workers must be at least 1"),
+        (args.ray or not args.ray_address, "--ray-address needs --ray"),
         (args.iterations >= 0, "--iterations must be at least 0"),
         (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
          "--eval-every, --eval-episodes and --save-every must be at least 1"),
@@ -160,7 +165,17 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
     for ok, message in checks:
         if not ok:
             raise UserError(message)
+    set_workers(args)
     return args
+
+
+def set_workers(args: argparse.Namespace):
+    """--workers defaults to this machine's cores, or with --ray to the cluster's CPUs (Ray is joined
+    or started here: a cluster that cannot be reached is refused before anything is written)."""
+    if args.ray and not args.play:
+        ray = start_ray(args.ray_address)
+        args.workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    args.workers = args.workers or available_cores()
 
 
 def check_env(args) -> tuple:
@@ -426,6 +441,55 @@ class Policy:
         return np.minimum(np.maximum(y, self.low), self.high)
 
 
+class PolicyPair(Policy):
+    """The two policies of a mirrored pair, theta + sigma eps (row 0) and theta - sigma eps (row 1),
+    evaluated together for rollout_pair, which steps both episodes in lockstep.
+
+    Why lockstep: a policy step is about a dozen NumPy calls on small arrays, each costing far
+    more than its arithmetic. With the pair's layers stacked as (2, n_in + 1, n_out), one batched
+    product per layer, and one call for each other operation on (2, ...) arrays, serve both
+    episodes: the math of two Policy calls for little more than the cost of one. Every operand is
+    contiguous and of its partner's shape: NumPy is several times slower on strided or broadcast
+    arrays of this size."""
+
+    def __init__(self, thetas: list, sizes: list, *args, **kw):
+        super().__init__(thetas[0], sizes, *args, **kw)  # normalization, bounds and bins: as for one policy
+        minus = Policy(thetas[1], sizes, *args, **kw).layers
+        self.layers = [np.stack(Wb) for Wb in zip(self.layers, minus)]  # (2, n_in + 1, n_out)
+        self.inputs = [np.ones((2, 1, n + 1)) for n in sizes[:-1]]  # (2, 1, n + 1): each row ends with the 1
+        self.x0 = self.inputs[0].reshape(-1)  # (2 (obs_dim + 1),): [o+, 1, o-, 1] as one contiguous vector
+        self.obs = self.inputs[0][:, 0, :-1]  # (2, obs_dim): where the two observations are written
+        self.hidden = [x[..., :-1] for x in self.inputs[1:]]  # (2, 1, n): where each activation goes
+        # Eq. (9) on all of x0 at once (four calls): the 1s get scale 1, shift 0 and bounds [1, 1], so stay 1.
+        both = lambda a, one: np.tile(np.append(a, one), 2)  # noqa: E731
+        self.ob_inv_std, self.ob_shift = both(self.ob_inv_std, 1.0), both(self.ob_shift, 0.0)
+        self.clip_low, self.clip_high = both(self.clip_low, 1.0), both(self.clip_high, 1.0)
+        if not self.discrete:
+            self.low, self.high = np.tile(self.low, (2, 1)), np.tile(self.high, (2, 1))  # (2, adim)
+
+    def __call__(self, obs, noise=None):
+        """Policy.__call__ on both rows: normalize (Eq. 9), the MLP, the action of Eq. (11). obs: the
+        two observations; noise: (2, adim) or None. Returns (2, adim) actions, or two ints (Discrete)."""
+        v = self.x0  # (2 (obs_dim + 1),)
+        self.obs[0], self.obs[1] = obs
+        np.multiply(v, self.ob_inv_std, out=v)  # Eq. (9): clip((o - mean) / std, -5, 5), both rows at once
+        np.add(v, self.ob_shift, out=v)
+        np.maximum(v, self.clip_low, out=v)
+        np.minimum(v, self.clip_high, out=v)
+        for x, Wb, h in zip(self.inputs, self.layers[:-1], self.hidden):
+            z = x @ Wb  # (2, 1, n_out): both rows' [x, 1] @ [W; b] in one call
+            self.act(z, z)  # in place on the contiguous product,
+            h[:] = z  # then copied beside the 1s: faster than writing into the strided h
+        y = (self.inputs[-1] @ self.layers[-1])[:, 0]  # (2, n_out)
+        if self.discrete:
+            return np.argmax(y, axis=1).tolist()
+        if self.bins:  # Eq. (11): per row and dimension, the value of the bin with the largest logit
+            y = self.bin_values[self.rows, np.argmax(y.reshape(2, -1, self.bins), axis=2)]  # (2, adim)
+        if noise is not None:  # action noise, training rollouts only
+            y += noise
+        return np.minimum(np.maximum(y, self.low), self.high)  # clipped, as in Policy (a deviation)
+
+
 # ----------------------------------------------------------------------------------------------
 # The shared noise table
 # ----------------------------------------------------------------------------------------------
@@ -446,19 +510,33 @@ class NoiseTable:
             self.close()
             raise
 
+    @classmethod
+    def view(cls, table: np.ndarray) -> "NoiseTable":
+        """The same methods on a table held elsewhere (a Ray node's object store)."""
+        noise = cls.__new__(cls)
+        noise.shm, noise.table = None, table
+        return noise
+
     def sample_index(self, rng: np.random.Generator, dim: int) -> int:
         return int(rng.integers(0, len(self.table) - dim + 1))
 
     def get(self, idx: int, dim: int) -> np.ndarray:
         return self.table[idx:idx + dim]
 
+    def move_to(self, table: np.ndarray):
+        """Read the same numbers from `table` (Ray's object store) and free the shared block."""
+        self.close()
+        self.table = table
+
     def close(self):
         self.table = None
-        self.shm.close()
-        try:
-            self.shm.unlink()
-        except FileNotFoundError:
-            pass
+        if self.shm is not None:
+            self.shm.close()
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
+            self.shm = None
 
 
 def make_env(env_id: str, episode_length, render: bool = False):
@@ -509,11 +587,51 @@ def rollout(env, policy: Policy, env_seed: int, rng=None, ac_noise_std: float = 
     if timer is not None:
         timer["policy_us"].append(1e6 * t_policy / steps)
         timer["env_us"].append(1e6 * t_env / steps)
-    stats = None
-    if keep_obs:
-        obs = np.asarray(obs, dtype=np.float64)
-        stats = (obs.sum(axis=0), np.square(obs).sum(axis=0))
-    return float(total), float(sign_total), steps, stats
+    return float(total), float(sign_total), steps, obs_sums(obs) if keep_obs else None
+
+
+def obs_sums(obs: list) -> tuple:
+    """(sum, sum of squares) of an episode's observations, in float64 (Eq. 9)."""
+    obs = np.asarray(obs, dtype=np.float64)  # (L, obs_dim)
+    return obs.sum(axis=0), np.square(obs).sum(axis=0)
+
+
+def rollout_pair(envs: list, policy: PolicyPair, env_seed: int, rng=None, ac_noise_std: float = 0.0,
+                 keep_obs: bool = False, timer: dict = None) -> list:
+    """The + and - episodes of a mirrored pair in lockstep on two environments, both reset with
+    env_seed: one PolicyPair call per step computes both actions. When one episode ends, the other
+    goes on alone (the ended one's row is still computed, and ignored). Returns rollout's tuple for
+    each episode. The timers split each call's time evenly over the env steps it served: policy_us
+    and env_us are the pair's totals over its L+ + L- env steps."""
+    obs = [env.reset(seed=env_seed)[0] for env in envs]  # the observations the policy acts on next
+    total, sign_total, steps, running = [0.0, 0.0], [0.0, 0.0], [0, 0], [0, 1]
+    kept = [[ob] for ob in obs] if keep_obs else None
+    noisy = rng is not None and ac_noise_std > 0
+    t_policy = t_env = 0.0
+    t, noise = 0, None
+    while running:
+        t0 = time.perf_counter()
+        if noisy:  # Eq. (11)'s noise for both episodes, 256 lockstep steps per draw: (256, 2, adim)
+            if t % 256 == 0:
+                block = ac_noise_std * rng.standard_normal((256, *policy.low.shape))
+            noise = block[t % 256]  # (2, adim): row 0 for the + episode, row 1 for the - one
+        actions = policy(obs, noise)
+        t1 = time.perf_counter()
+        results = [(i, *envs[i].step(actions[i])) for i in running]
+        t_policy, t_env, t = t_policy + (t1 - t0), t_env + (time.perf_counter() - t1), t + 1
+        for i, ob, r, terminated, truncated, _ in results:
+            r = float(r)
+            total[i], sign_total[i], steps[i] = total[i] + r, sign_total[i] + ((r > 0) - (r < 0)), steps[i] + 1
+            if terminated or truncated:
+                running.remove(i)
+                continue
+            obs[i] = ob
+            if keep_obs:
+                kept[i].append(ob)
+    if timer is not None:
+        timer["policy_us"].append(1e6 * t_policy / sum(steps))
+        timer["env_us"].append(1e6 * t_env / sum(steps))
+    return [(total[i], sign_total[i], steps[i], obs_sums(kept[i]) if keep_obs else None) for i in (0, 1)]
 
 
 def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:
@@ -525,15 +643,15 @@ def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:
 def run_job(w: dict, task: dict, kind: str, generation: int, k: int) -> tuple:
     """What a worker computes for one job: a mirrored pair (or one episode) of the population
     (Eq. 6), a noiseless episode (eval_prob), or an evaluation episode. Scalars and sums only."""
-    policy = lambda th: Policy(th, w["sizes"], w["activation"], task["ob_mean"], task["ob_std"], w["act_space"],  # noqa
-                               w["ac_bins"], task["ob_clip"])
+    spec = (w["sizes"], w["activation"], task["ob_mean"], task["ob_std"], w["act_space"], w["ac_bins"],
+            task["ob_clip"])
     if kind == "eval":  # --eval-every: the noiseless policy on evaluation seeds
         env_seed = int(stream(w["seed"], EVAL, generation, k).integers(2**31))
-        return rollout(w["env"], policy(task["theta"]), env_seed)[::2]  # (return, length)
+        return rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2]  # (return, length)
     rng, noiseless = job_kind(w["seed"], generation, k, w["eval_prob"])
     env_seed = int(rng.integers(2**31))  # both rollouts of a pair share the environment seed
     if noiseless:
-        return ("noiseless", *rollout(w["env"], policy(task["theta"]), env_seed)[::2])
+        return ("noiseless", *rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2])
     t_job = time.perf_counter()
     timer = {"policy_us": [], "env_us": []}
     dim = task["theta"].size
@@ -545,7 +663,12 @@ def run_job(w: dict, task: dict, kind: str, generation: int, k: int) -> tuple:
     signs = (1.0, -1.0) if w["mirror"] else (1.0,)
     thetas = [task["theta"] + (s * w["sigma"]) * eps for s in signs]  # theta +- sigma eps_i
     t2 = time.perf_counter()
-    episodes = [rollout(w["env"], policy(th), env_seed, rng, w["ac_noise_std"], keep_obs, timer) for th in thetas]
+    training = (rng, w["ac_noise_std"], keep_obs, timer)
+    if w["mirror"]:  # both episodes in lockstep, on a second environment made on the first pair
+        w["env2"] = w.get("env2") or make_env(w["env_id"], w["episode_length"])
+        episodes = rollout_pair([w["env"], w["env2"]], PolicyPair(thetas, *spec), env_seed, *training)
+    else:
+        episodes = [rollout(w["env"], Policy(thetas[0], *spec), env_seed, *training)]
     ob_sum = ob_sumsq = None
     if keep_obs:
         ob_sum, ob_sumsq = sum(e[3][0] for e in episodes), sum(e[3][1] for e in episodes)
@@ -669,6 +792,144 @@ class WorkerPool:
             if proc.is_alive():
                 proc.terminate()
                 proc.join()
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray: the same jobs on a cluster (--ray; docs/es_openai.md, "Scaling out")
+# ----------------------------------------------------------------------------------------------
+
+RAY_STARTED = []  # the Ray instance this process started (and must stop), if any
+
+
+def start_ray(address=None):
+    """Join the Ray cluster at `address` (or RAY_ADDRESS), or start one on this machine. Ray is
+    imported here only, so that it stays optional."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--ray needs Ray, which is not installed: pip install ray") from None
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS")
+        host, _, port = (address or "").replace("ray://", "").rpartition(":")
+        if host and port.isdigit():  # Ray itself would retry an unreachable address for minutes
+            try:
+                socket.create_connection((host, int(port)), timeout=10).close()
+            except OSError as e:
+                raise UserError(f"no Ray cluster answers at {address} ({e.strerror or e}); start one with "
+                                "'ray start --head' or check the address") from None
+        on_sigterm = signal.getsignal(signal.SIGTERM)
+        try:
+            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+        except Exception as e:  # no cluster at that address, a version mismatch, ...
+            where = f" at {address}" if address else ""
+            raise UserError(f"cannot start or join Ray{where}: {str(e).splitlines()[0]}") from None
+        finally:  # ray.init installs its own SIGTERM handler, which would skip the last checkpoint
+            signal.signal(signal.SIGTERM, on_sigterm)
+        RAY_STARTED.append(ray)
+    if __name__ != "__main__":  # imported (tests, notebooks): send this file's code to the nodes by value
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray
+
+
+def stop_ray():
+    while RAY_STARTED:
+        RAY_STARTED.pop().shutdown()
+
+
+class RayWorker:
+    """The Ray actor: run_job on a worker whose noise table is the object store's copy on this
+    node, mapped read-only (zero copy). The task travels by reference with every job and is
+    fetched once per publication; an actor that Ray restarted after a crash fetches it again."""
+
+    def __init__(self, w: dict, table: np.ndarray):
+        self.w, self.task_id, self.task = dict(w, noise=NoiseTable.view(table)), None, None
+
+    def run(self, task_id: int, task: list, kind: str, generation: int, k: int) -> tuple:
+        if self.task_id != task_id:
+            import ray
+            self.task, self.task_id = ray.get(task[0]), task_id  # task = [ref]: a bare ref is fetched per job
+        self.w["env"] = self.w.get("env") or make_env(self.w["env_id"], self.w["episode_length"])
+        return "result", task_id, k, run_job(self.w, self.task, kind, generation, k)
+
+    def peek(self, i: int) -> tuple:
+        """(table[i], whether the table is writeable) as this actor sees it: for the tests."""
+        table = self.w["noise"].table
+        return float(table[i]), bool(table.flags.writeable)
+
+    def where(self) -> tuple:
+        """(process id, node id) of this actor: for the tests."""
+        import ray
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+
+class RayPool(WorkerPool):
+    """WorkerPool's interface on Ray actors, one per worker, spread over the nodes. The noise
+    table goes into the object store once and each node maps it once; the master's own table
+    moves there too. A task is put once per generation; jobs carry its reference and indices.
+    Ray restarts a lost actor and runs its unfinished jobs again: every job names its
+    randomness, so the results do not change."""
+
+    retries = 3  # restarts per actor, and retries per job, before the run stops with an error
+    timeout = 300.0  # seconds without any result (e.g. a lost node and no free CPU to replace it)
+    queued = 2  # jobs queued per actor: the next one is there when the last one ends
+
+    def __init__(self, n: int, noise: NoiseTable, args, act_space, sizes: list):
+        self.ray = ray = start_ray()
+        table = ray.put(noise.table)
+        noise.move_to(ray.get(table))  # the master reads the object store's copy: one table per node
+        w = dict(seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
+                 activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma,
+                 mirror=args.mirror, ac_noise_std=args.ac_noise_std,
+                 calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
+        actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayWorker)
+        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(w, table) for _ in range(n)]
+        self.inflight, self.task_id, self.task = {}, 0, None  # inflight: {result ref: actor}
+        self.stale = self.stale_logged = 0
+
+    def publish(self, task: dict) -> int:
+        self.task_id += 1
+        self.task = [self.ray.put(task)]
+        return self.task_id
+
+    def receive(self, ref):
+        ray = self.ray
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError:
+            raise RuntimeError(f"a Ray worker was lost {self.retries} times; the run stops (resume from the "
+                               "last checkpoint with --resume)") from None
+        except ray.exceptions.RayTaskError as e:
+            raise RuntimeError(f"a rollout failed in a Ray worker: {type(e.cause).__name__}: {e.cause}") from None
+
+    def run(self, task: dict, next_job, done) -> tuple:
+        """Same as WorkerPool.run, with `queued` jobs per actor."""
+        task_id, results, stale = self.publish(task), {}, 0
+        while True:
+            for actor in self.actors:
+                while sum(a is actor for a in self.inflight.values()) < self.queued:
+                    job = next_job(results)
+                    if job is None:
+                        break
+                    self.inflight[actor.run.remote(task_id, self.task, *job)] = actor
+            if done(results):
+                return results, stale
+            if not self.inflight:
+                raise RuntimeError("no job left to hand out before the generation closed")
+            ready, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=self.timeout)
+            if not ready:
+                raise RuntimeError(f"no result from the Ray workers in {self.timeout:.0f} s (a node lost and no "
+                                   "free CPU to restart its workers?); resume with --resume")
+            del self.inflight[ready[0]]
+            msg = self.receive(ready[0])
+            if msg[1] != task_id:  # from an older generation: dropped and counted
+                stale += 1
+                self.stale += 1
+                continue
+            results[msg[2]] = msg[3]
+
+    def close(self):
+        for actor in self.actors:
+            self.ray.kill(actor, no_restart=True)
 
 
 class Generation:
@@ -978,7 +1239,7 @@ def train(args) -> dict:
         write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
         csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
         print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
-        pool = WorkerPool(args.workers, noise, args, act_space, sizes)
+        pool = (RayPool if args.ray else WorkerPool)(args.workers, noise, args, act_space, sizes)
     except BaseException:  # the shared table never outlives a run that could not start
         noise.close()
         raise
@@ -1169,7 +1430,7 @@ def main(argv=None):
             required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden", "optimizer")
             for key, value in read_config(args.resume, "es_openai.py", required).items():
                 given = key in RESUME_OVERRIDES and f"--{key.replace('_', '-')}" in words
-                if key in vars(args) and key != "resume" and not given:
+                if key in vars(args) and key not in ("resume", "ray", "ray_address") and not given:
                     setattr(args, key, value)
         try:
             resolve_config(args)
@@ -1185,6 +1446,8 @@ def main(argv=None):
     except RuntimeError as e:
         print(f"es_openai.py: error: {e}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        stop_ray()
     if result["status"] == "diverged":
         sys.exit(1)
     if result["status"] == "interrupted":

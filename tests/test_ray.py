@@ -1,0 +1,289 @@
+"""Tests of the Ray backend (--ray) of ars.py, es_openai.py and the exercise: on a two-node Ray
+cluster started on this machine, the results equal the local backend's; a worker or a node lost in
+the middle of a run is survived with the same results, or ends the run with a clear error and a
+checkpoint; a missing Ray gives one clear line. Without Ray installed only the last runs."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+
+import ars
+import es_openai as eo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+try:
+    import ray
+    from ray.cluster_utils import Cluster
+except ImportError:
+    ray = None
+NEEDS_RAY = pytest.mark.skipif(ray is None, reason="Ray is not installed (pip install ray)")
+
+
+def parse(module, **kw):
+    argv = []
+    for key, value in kw.items():
+        argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return module.resolve_config(module.build_parser().parse_args(argv))
+
+
+ARS_TINY = dict(env="Pendulum-v1", iterations=4, n_directions=6, top_b=3, eval_every=2, eval_episodes=2, seed=3)
+ES_TINY = dict(env="Pendulum-v1", iterations=3, population=8, hidden="8", eval_every=1, eval_episodes=2,
+               noise_size=200_000, seed=5)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head node and a second node, each with 2 CPUs, as `ray start --head` and `ray start
+    --address` would make them on two machines."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    c.add_node(num_cpus=2)
+    ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
+    c.wait_for_nodes()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def kill_one_actor_soon(pool, delay: float):
+    """SIGKILL the process of one Ray actor of `pool` after `delay` seconds, as a crash would."""
+    pid = ray.get(pool.actors[0].where.remote())[0]
+    timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
+    timer.start()
+    return pid, timer
+
+
+# ---------------------------------------------------------------- ars.py
+
+
+@NEEDS_RAY
+def test_a_lost_node_is_survived_when_the_cluster_has_room():
+    """First in the file: it makes its own cluster, before the shared one exists."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    node = c.add_node(num_cpus=1)
+    try:
+        ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
+        c.wait_for_nodes()
+        jobs = [("train", k) for k in range(16)]
+        params = (1, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
+        pool = ars.RayPool(2, "Pendulum-v1", None, 0, 0.0, 0.0)
+        pool.timeout = 60.0
+        before = pool.run(*params, jobs)
+        assert len(set([ray.get(a.where.remote())[1] for a in pool.actors])) == 2
+        timer = threading.Timer(0.1, c.remove_node, (node,))
+        timer.start()
+        after = pool.run(*params, jobs)  # the actor of the lost node comes back on the head node
+        timer.join()
+        assert all(after[k][0][:3] == before[k][0][:3] for k in range(16))
+        assert len(ray.nodes()) == 2 and sum(n["Alive"] for n in ray.nodes()) == 1
+        pool.close()
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+
+
+@NEEDS_RAY
+def test_ars_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
+    local = ars.train(parse(ars, **ARS_TINY, workers=2, out_dir=tmp_path / "local"))
+    remote = ars.train(parse(ars, **ARS_TINY, ray=True, out_dir=tmp_path / "ray"))
+    assert remote["status"] == "done"
+    np.testing.assert_array_equal(local["M"], remote["M"])
+    np.testing.assert_array_equal(local["stats"][2], remote["stats"][2])
+    rows = [open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines() for r in (local, remote)]
+    assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]  # returns, evaluations
+
+
+@NEEDS_RAY
+def test_ars_workers_default_to_the_cluster_cpus_and_spread_over_both_nodes(cluster):
+    args = parse(ars, **ARS_TINY, ray=True)
+    assert args.workers == 4
+    pool = ars.RayPool(args.workers, args.env, None, 0, 0.0, 0.0)
+    try:
+        pool.run(0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1, [("train", k) for k in range(4)])
+        nodes = [ray.get(a.where.remote())[1] for a in pool.actors]
+        assert len(set(nodes)) == 2
+    finally:
+        pool.close()
+
+
+@NEEDS_RAY
+def test_ars_survives_a_killed_worker_with_the_same_results(cluster):
+    jobs = [("train", k) for k in range(12)]
+    params = (7, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
+    local = ars.WorkerPool(1, "Pendulum-v1", None, 0, 0.0, 0.0)
+    try:
+        expected = local.run(*params, jobs)
+    finally:
+        local.close()
+    pool = ars.RayPool(2, "Pendulum-v1", None, 0, 0.0, 0.0)
+    try:
+        pid, timer = kill_one_actor_soon(pool, 0.05)
+        got = pool.run(*params, jobs)
+        timer.join()
+        assert ray.get(pool.actors[0].where.remote())[0] != pid  # Ray restarted the actor
+        got_again = pool.run(*params, jobs)  # the restarted actor fetches the parameters again
+    finally:
+        pool.close()
+    for k in range(12):
+        for side in (0, 1):
+            assert got[k][side][:3] == expected[k][side][:3] == got_again[k][side][:3]
+
+
+@NEEDS_RAY
+def test_ars_lost_worker_beyond_the_retries_stops_with_a_checkpoint(cluster, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ars.RayPool, "retries", 0)
+    real_run = ars.RayPool.run
+
+    def run_then_kill(self, iteration, *rest):  # the actor dies during iteration 2
+        if iteration == 2 and not getattr(self, "killed", False):
+            self.killed = True
+            os.kill(ray.get(self.actors[0].where.remote())[0], signal.SIGKILL)
+            time.sleep(1)
+        return real_run(self, iteration, *rest)
+
+    monkeypatch.setattr(ars.RayPool, "run", run_then_kill)
+    with pytest.raises(SystemExit) as stop:
+        ars.main(["--env", "Pendulum-v1", "--iterations", "4", "--n-directions", "4", "--top-b", "2", "--ray",
+                  "--workers", "2", "--out-dir", str(tmp_path), "--save-every", "1"])
+    assert stop.value.code == 1
+    assert "a Ray worker was lost" in capsys.readouterr().err
+    (run_dir,) = [os.path.join(tmp_path, d) for d in os.listdir(tmp_path)]
+    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))
+    assert int(ck["iteration"]) == 2  # the last finished iteration: --resume goes on from there
+
+
+# ---------------------------------------------------------------- es_openai.py
+
+
+@NEEDS_RAY
+def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
+    local = eo.train(parse(eo, **ES_TINY, workers=2, out_dir=tmp_path / "local"))
+    remote = eo.train(parse(eo, **ES_TINY, workers=3, ray=True, out_dir=tmp_path / "ray"))
+    assert remote["status"] == "done"
+    np.testing.assert_array_equal(local["theta"], remote["theta"])
+    np.testing.assert_array_equal(local["ob_stat"].sum, remote["ob_stat"].sum)
+    rows = [open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines() for r in (local, remote)]
+    assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]
+
+
+@NEEDS_RAY
+def test_es_noise_table_is_read_from_the_object_store_without_a_copy(cluster):
+    args = parse(eo, **ES_TINY, workers=4, ray=True)
+    obs_dim, act_space = eo.check_env(args)
+    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
+    noise = eo.NoiseTable(args.noise_size, 123)
+    expected = noise.table[[0, 99_999]].copy()
+    pool = eo.RayPool(args.workers, noise, args, act_space, sizes)
+    try:
+        assert noise.shm is None and not noise.table.flags.writeable  # the master's table moved there too
+        for actor in pool.actors:
+            first, writeable = ray.get(actor.peek.remote(0))
+            last, _ = ray.get(actor.peek.remote(99_999))
+            # read-only: a view of the node's shared object store, not a private copy
+            assert (first, last) == tuple(expected) and not writeable
+    finally:
+        pool.close()
+        noise.close()
+
+
+@NEEDS_RAY
+def test_es_survives_a_killed_worker_with_the_same_results(cluster, tmp_path, monkeypatch):
+    expected = eo.train(parse(eo, **ES_TINY, workers=1, out_dir=tmp_path / "local"))
+    real_run = eo.RayPool.run
+
+    def run_with_a_crash(self, task, next_job, done):
+        if self.task_id == 0:  # during the first generation
+            kill_one_actor_soon(self, 0.05)
+        return real_run(self, task, next_job, done)
+
+    monkeypatch.setattr(eo.RayPool, "run", run_with_a_crash)
+    got = eo.train(parse(eo, **ES_TINY, workers=2, ray=True, out_dir=tmp_path / "ray"))
+    np.testing.assert_array_equal(expected["theta"], got["theta"])
+
+
+# ---------------------------------------------------------------- the exercise
+
+
+@NEEDS_RAY
+def test_the_exercise_gives_the_same_policy_on_ray_and_on_local_processes(cluster, monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "docs", "teacher"))
+    try:
+        import nes_exercise_solution as solution
+    finally:
+        sys.path.pop(0)
+    kw = dict(env_name="CartPole-v1", iterations=3, n_pairs=4, sigma=0.1, alpha=0.05, seed=2, log=lambda *a: None)
+    with ProcessPoolExecutor(2) as pool:
+        local = solution.train(executor=pool, **kw)
+    puts, real_put = [], ray.put
+    monkeypatch.setattr(ray, "put", lambda value: puts.append(value) or real_put(value))
+    executor = solution.RayExecutor()
+    try:
+        remote = solution.train(executor=executor, **kw)
+    finally:
+        executor.shutdown()
+    assert ray.is_initialized()  # the executor joined the running cluster and leaves it running
+    assert len(puts) == 3 and all(isinstance(p, dict) for p in puts)  # the policy once per iteration, not per pair
+    for key in local:
+        np.testing.assert_array_equal(local[key], remote[key])
+
+
+@NEEDS_RAY
+@pytest.mark.parametrize("script, extra", [("ars.py", []), ("es_openai.py", ["--noise-size", "100000", "--population", "8"])])
+def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(tmp_path, script, extra):
+    """ray.init installs its own SIGTERM handler; the scripts keep theirs, which saves the run."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--env", "Pendulum-v1", "--ray", "--workers",
+                             "2", "--iterations", "100000", "--out-dir", str(tmp_path), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for line in proc.stdout:  # wait until a few iterations have run
+        if line.split()[0] in ("it", "gen") and int(line.split()[1]) >= 3:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err
+    (run_dir,) = [os.path.join(tmp_path, d) for d in os.listdir(tmp_path)]
+    assert int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 3
+    for _ in range(30):  # Ray's own processes of this run exit too, within seconds
+        leftover = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True).stdout
+        if not leftover.strip():
+            break
+        time.sleep(0.5)
+    assert leftover.strip() == ""
+
+
+# ---------------------------------------------------------------- without Ray
+
+
+@pytest.mark.parametrize("script, extra", [("ars.py", ["--env", "Pendulum-v1"]),
+                                           ("es_openai.py", ["--env", "Pendulum-v1", "--noise-size", "1000"]),
+                                           ("nes_exercise.py", None)])
+def test_a_missing_ray_gives_one_clear_line_and_writes_nothing(tmp_path, script, extra):
+    (tmp_path / "ray.py").write_text("raise ImportError('No module named ray')\n")  # Ray hidden
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    if script == "nes_exercise.py":  # the student's file refuses to train; the teacher's copy gets to Ray
+        argv = [os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py"), "--iterations", "1"]
+    else:
+        argv = [os.path.join(ROOT, script), *extra, "--iterations", "1", "--out-dir", str(tmp_path / "runs")]
+    out = subprocess.run([sys.executable, *argv, "--ray"], capture_output=True, text=True, timeout=300, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "pip install ray" in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("script", ["ars.py", "es_openai.py"])
+def test_an_unreachable_cluster_is_refused_at_once(tmp_path, script):
+    if ray is None:
+        pytest.skip("Ray is not installed")
+    t0 = time.time()
+    out = subprocess.run([sys.executable, os.path.join(ROOT, script), "--env", "Pendulum-v1", "--ray",
+                          "--ray-address", "127.0.0.1:9", "--out-dir", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2 and "no Ray cluster answers at 127.0.0.1:9" in out.stderr
+    assert time.time() - t0 < 60 and not (tmp_path / "runs").exists()
