@@ -429,8 +429,12 @@ class RayRollouts(Rollouts):
     from the node's object store once per publication. An actor that Ray restarted after a crash
     has none yet and fetches them again."""
 
+    def __init__(self, *config):
+        super().__init__(*config)
+        self.published = None  # which publication of the parameters this actor holds
+
     def run(self, published: int, params: list, kind: str, index: int) -> tuple:
-        if getattr(self, "published", None) != published:
+        if self.published != published:
             import ray
             self.set_params(*ray.get(params[0]))  # params = [ref]: a bare ref would be fetched per job
             self.published = published
@@ -478,9 +482,10 @@ class RayPool:
             actor = inflight.pop(done[0])
             try:
                 kind, index, *out = ray.get(done[0])
-            except ray.exceptions.RayActorError:
-                raise RuntimeError(f"a Ray worker was lost {self.retries} times; the run stops (resume from the "
-                                   "last checkpoint with --resume)") from None
+            except ray.exceptions.RayActorError as e:
+                raise RuntimeError(f"a Ray worker was lost and its {self.retries} restarts are used up ("
+                                   f"{str(e).strip().splitlines()[0][:200]}); the run stops (resume from the last "
+                                   "checkpoint with --resume)") from None
             except ray.exceptions.RayTaskError as e:
                 raise RuntimeError(f"a rollout failed in a Ray worker: {type(e.cause).__name__}: {e.cause}") from None
             results[index] = out

@@ -883,7 +883,8 @@ class RayPool(WorkerPool):
                  calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayWorker)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(w, table) for _ in range(n)]
-        self.inflight, self.task_id, self.task = {}, 0, None  # inflight: {result ref: actor}
+        self.inflight, self.load = {}, [0] * n  # {result ref: index of its actor}, jobs queued per actor
+        self.task_id, self.task = 0, None
         self.stale = self.stale_logged = 0
 
     def publish(self, task: dict) -> int:
@@ -895,9 +896,10 @@ class RayPool(WorkerPool):
         ray = self.ray
         try:
             return ray.get(ref)
-        except ray.exceptions.RayActorError:
-            raise RuntimeError(f"a Ray worker was lost {self.retries} times; the run stops (resume from the "
-                               "last checkpoint with --resume)") from None
+        except ray.exceptions.RayActorError as e:
+            raise RuntimeError(f"a Ray worker was lost and its {self.retries} restarts are used up ("
+                               f"{str(e).strip().splitlines()[0][:200]}); the run stops (resume from the last "
+                               "checkpoint with --resume)") from None
         except ray.exceptions.RayTaskError as e:
             raise RuntimeError(f"a rollout failed in a Ray worker: {type(e.cause).__name__}: {e.cause}") from None
 
@@ -905,12 +907,13 @@ class RayPool(WorkerPool):
         """Same as WorkerPool.run, with `queued` jobs per actor."""
         task_id, results, stale = self.publish(task), {}, 0
         while True:
-            for actor in self.actors:
-                while sum(a is actor for a in self.inflight.values()) < self.queued:
+            for i, actor in enumerate(self.actors):
+                while self.load[i] < self.queued:
                     job = next_job(results)
                     if job is None:
                         break
-                    self.inflight[actor.run.remote(task_id, self.task, *job)] = actor
+                    self.inflight[actor.run.remote(task_id, self.task, *job)] = i
+                    self.load[i] += 1
             if done(results):
                 return results, stale
             if not self.inflight:
@@ -919,7 +922,7 @@ class RayPool(WorkerPool):
             if not ready:
                 raise RuntimeError(f"no result from the Ray workers in {self.timeout:.0f} s (a node lost and no "
                                    "free CPU to restart its workers?); resume with --resume")
-            del self.inflight[ready[0]]
+            self.load[self.inflight.pop(ready[0])] -= 1
             msg = self.receive(ready[0])
             if msg[1] != task_id:  # from an older generation: dropped and counted
                 stale += 1

@@ -154,6 +154,64 @@ def test_policy_normalizes_clips_and_maps_bins_to_bounds():
     np.testing.assert_allclose(cont(np.array([100.0, 0, 0])), [0.5, 0.0], rtol=1e-6)
 
 
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("space, bins", [
+    (gym.spaces.Box(np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)), 0),
+    (gym.spaces.Box(np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)), 4),
+    (gym.spaces.Discrete(5), 0)], ids=["continuous", "bins", "discrete"])
+def test_the_batched_pair_forward_equals_two_policy_calls(activation, space, bins):
+    rng = np.random.default_rng(0)
+    sizes = eo.layer_sizes(7, [16, 16], space, bins)
+    thetas = [rng.standard_normal(eo.n_params(sizes)).astype(np.float32) for _ in range(2)]
+    ob_mean, ob_std = rng.standard_normal(7), rng.uniform(0.5, 2.0, 7)
+    for ob_clip in (True, False):
+        spec = (sizes, activation, ob_mean, ob_std, space, bins, ob_clip)
+        plus, minus, pair = eo.Policy(thetas[0], *spec), eo.Policy(thetas[1], *spec), eo.PolicyPair(thetas, *spec)
+        for _ in range(20):
+            obs = [4 * rng.standard_normal(7) for _ in range(2)]  # often past the clip at +-5 once normalized
+            noise = None if hasattr(space, "n") else 0.3 * rng.standard_normal((2, 3))  # (2, adim)
+            rows = (None, None) if noise is None else noise
+            both, one_by_one = pair(obs, noise), [plus(obs[0], rows[0]), minus(obs[1], rows[1])]
+            if bins or noise is None:  # argmax-based: exactly the same actions
+                np.testing.assert_array_equal(both, one_by_one)
+            else:
+                np.testing.assert_allclose(both, one_by_one, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("env_id, extra", [("CartPole-v1", {}), ("Pendulum-v1", {"ac_noise_std": 0.0}),
+                                           ("Pendulum-v1", {"ac_noise_std": 0.0, "ac_bins": 5})])
+def test_a_lockstep_pair_job_equals_its_two_episodes_one_after_the_other(env_id, extra):
+    args = config(**{**TINY, "env": env_id, "sigma": 0.5, "calc_obstat_prob": 1.0, **extra})
+    obs_dim, act_space = eo.check_env(args)
+    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
+    table = eo.NoiseTable(100_000, 123)
+    w = dict(noise=table, seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
+             activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma, mirror=True,
+             ac_noise_std=0.0, calc_obstat_prob=1.0, eval_prob=0.0, env=eo.make_env(args.env, args.episode_length))
+    theta = eo.normc_init(sizes, np.random.default_rng(1))
+    task = {"theta": theta, "ob_mean": np.zeros(obs_dim), "ob_std": np.full(obs_dim, 0.5), "ob_clip": True}
+    spec = (sizes, args.activation, task["ob_mean"], task["ob_std"], act_space, args.ac_bins, True)
+    env, unequal = eo.make_env(args.env, args.episode_length), 0
+    try:
+        for k in range(6):
+            _, idx, returns, signs, lengths, ob_sum, ob_sumsq, times = eo.run_job(w, task, "train", 0, k)
+            rng, _ = eo.job_kind(args.seed, 0, k, 0.0)
+            env_seed = int(rng.integers(2**31))
+            assert idx == table.sample_index(rng, theta.size)
+            eps = table.get(idx, theta.size)
+            single = [eo.rollout(env, eo.Policy(theta + s * args.sigma * eps, *spec), env_seed, keep_obs=True)
+                      for s in (1.0, -1.0)]
+            np.testing.assert_allclose(returns, [e[0] for e in single], rtol=1e-12)
+            assert signs == [e[1] for e in single] and lengths == [e[2] for e in single]
+            np.testing.assert_allclose(ob_sum, single[0][3][0] + single[1][3][0], rtol=1e-12)
+            np.testing.assert_allclose(ob_sumsq, single[0][3][1] + single[1][3][1], rtol=1e-12)
+            assert times["policy_us"] > 0 and times["env_us"] > 0
+            unequal += lengths[0] != lengths[1]
+    finally:
+        table.close()
+    assert env_id != "CartPole-v1" or unequal  # one episode of a pair went on alone after the other ended
+
+
 def test_elu_is_a_real_elu_and_lrelu_leaks():
     z = np.array([-2.0, 0.0, 3.0])
     for name, expected in (("elu", [np.exp(-2.0) - 1, 0.0, 3.0]), ("lrelu", [-0.02, 0.0, 3.0]),

@@ -237,16 +237,18 @@ def test_the_exercise_gives_the_same_policy_on_ray_and_on_local_processes(cluste
 @NEEDS_RAY
 @pytest.mark.parametrize("script, extra", [("ars.py", []), ("es_openai.py", ["--noise-size", "100000", "--population", "8"])])
 def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(tmp_path, script, extra):
-    """ray.init installs its own SIGTERM handler; the scripts keep theirs, which saves the run."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--env", "Pendulum-v1", "--ray", "--workers",
-                             "2", "--iterations", "100000", "--out-dir", str(tmp_path), *extra],
+    """ray.init installs its own SIGTERM handler; the scripts keep theirs, which saves the run.
+    (--ray-address local: a Ray instance of its own, not the cluster the other tests share.)"""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--env", "Pendulum-v1", "--ray",
+                             "--ray-address", "local", "--workers", "2", "--iterations", "100000", "--out-dir",
+                             str(tmp_path), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     for line in proc.stdout:  # wait until a few iterations have run
         if line.split()[0] in ("it", "gen") and int(line.split()[1]) >= 3:
             break
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err
+    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, err
     (run_dir,) = [os.path.join(tmp_path, d) for d in os.listdir(tmp_path)]
     assert int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 3
     for _ in range(30):  # Ray's own processes of this run exit too, within seconds
