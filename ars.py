@@ -268,8 +268,9 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     total, shaped, steps = 0.0, 0.0, 0
     while True:
         # Deviation: actions are clipped to the bounds; the official code sends the raw action
-        # (MuJoCo clips it too, but charges its control cost on the unclipped value).
-        x, r, terminated, truncated, _ = env.step(np.clip(W @ x + c, low, high))
+        # (MuJoCo clips it too, but charges its control cost on the unclipped value). minimum and
+        # maximum clip as np.clip does, in about 1 microsecond less per step.
+        x, r, terminated, truncated, _ = env.step(np.minimum(np.maximum(W @ x + c, low), high))
         steps += 1
         total += r
         shaped += (max(-reward_clip, min(reward_clip, r)) if reward_clip else r) - shift

@@ -875,7 +875,7 @@ class RayPool(WorkerPool):
 
     def __init__(self, n: int, noise: NoiseTable, args, act_space, sizes: list):
         self.ray = ray = start_ray()
-        table = ray.put(noise.table)
+        self.table = table = ray.put(noise.table)  # held for the run: a restarted actor maps it again
         noise.move_to(ray.get(table))  # the master reads the object store's copy: one table per node
         w = dict(seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
                  activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma,
@@ -883,7 +883,7 @@ class RayPool(WorkerPool):
                  calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayWorker)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(w, table) for _ in range(n)]
-        self.inflight, self.load = {}, [0] * n  # {result ref: index of its actor}, jobs queued per actor
+        self.inflight, self.load = {}, [0] * n  # {result ref: (its actor, its task)}, jobs queued per actor
         self.task_id, self.task = 0, None
         self.stale = self.stale_logged = 0
 
@@ -912,7 +912,8 @@ class RayPool(WorkerPool):
                     job = next_job(results)
                     if job is None:
                         break
-                    self.inflight[actor.run.remote(task_id, self.task, *job)] = i
+                    # the task stays referenced while a job that names it may still be run again
+                    self.inflight[actor.run.remote(task_id, self.task, *job)] = i, self.task
                     self.load[i] += 1
             if done(results):
                 return results, stale
@@ -922,7 +923,7 @@ class RayPool(WorkerPool):
             if not ready:
                 raise RuntimeError(f"no result from the Ray workers in {self.timeout:.0f} s (a node lost and no "
                                    "free CPU to restart its workers?); resume with --resume")
-            self.load[self.inflight.pop(ready[0])] -= 1
+            self.load[self.inflight.pop(ready[0])[0]] -= 1
             msg = self.receive(ready[0])
             if msg[1] != task_id:  # from an older generation: dropped and counted
                 stale += 1
