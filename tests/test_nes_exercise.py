@@ -142,17 +142,6 @@ def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget(solution
     assert solution.evaluate_mean(mu, "CartPole-v1", 100).mean() >= 475
 
 
-def test_ray_is_optional_and_named_when_missing():
-    try:
-        import ray  # noqa: F401  (only whether it imports matters)
-        pytest.skip("Ray is installed")
-    except ImportError:
-        pass
-    out = subprocess.run([sys.executable, SOLUTION, "--ray", "--iterations", "1"], capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr.strip() == "nes_exercise.py: error: --ray needs Ray: pip install ray"
-
-
 @pytest.mark.parametrize("argv, message", [(["--seed", "-1"], "--seed must be 0 or more"),
                                            (["--env", "CartPole-v7"], "unknown environment"),
                                            (["--sigma", "0"], "--sigma must be positive")])
