@@ -134,6 +134,8 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
               (args.episodes >= 1, "--episodes must be at least 1"),
               (args.confirm_episodes >= 0, "--confirm-episodes must be 0 or more"),
               (args.reward_clip >= 0, "--reward-clip must be 0 (off) or positive"),
+              (not any(v is not None and math.isnan(v) for v in (args.target_return, args.confirm_return)),
+               "--target-return and --confirm-return must be numbers, not nan"),
               (args.episode_length is None or args.episode_length >= 1, "--episode-length must be at least 1")]
     for ok, message in checks:
         if not ok:
@@ -527,12 +529,18 @@ def versions() -> dict:
 
 def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}")
-    try:
-        os.makedirs(os.path.join(path, "checkpoints"))
-    except OSError as e:
-        raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
-                        "choose another --out-dir") from None
+    base, n = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}"), 1
+    while True:
+        path = base if n == 1 else f"{base}-{n}"  # runs of one env and seed started in one second
+        try:
+            os.makedirs(path)
+            break
+        except FileExistsError:
+            n += 1
+        except OSError as e:
+            raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
+                            "choose another --out-dir") from None
+    os.makedirs(os.path.join(path, "checkpoints"))
     return path
 
 
@@ -702,7 +710,10 @@ def train(args) -> dict:
     """The run: iterations, evaluations, logging and checkpoints. Returns the final state."""
     obs_dim, act_dim = check_env(args.env, args.episode_length)
     run_dir, state, rows = start_run(args, obs_dim, act_dim)
-    write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
+    try:
+        write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
+    except OSError as e:  # a resumed run's folder that cannot be written
+        raise UserError(f"cannot write to the run directory '{run_dir}': {e.strerror}") from None
     if not args.resume:
         checkpoint(run_dir, state, args)  # iteration 0: a run that fails early can still be resumed
     write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
@@ -743,6 +754,9 @@ def train(args) -> dict:
         # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
         held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
         print(f"\ninterrupted: resume with  python ars.py --resume {run_dir}", file=sys.stderr)
+    except RuntimeError:  # a worker died: keep the last finished iteration to resume from
+        checkpoint(run_dir, state, args)
+        raise
     finally:
         pool.close()
         csv_file.close()
@@ -849,6 +863,9 @@ def main(argv=None):
     except UserError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # before the first iteration, or during --play
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)
     except RuntimeError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -344,12 +344,18 @@ def versions() -> dict:
 
 def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}")
-    try:
-        os.makedirs(os.path.join(path, "checkpoints"))
-    except OSError as e:
-        raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
-                        "choose another --out-dir") from None
+    base, n = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}"), 1
+    while True:
+        path = base if n == 1 else f"{base}-{n}"  # runs of one env and seed started in one second
+        try:
+            os.makedirs(path)
+            break
+        except FileExistsError:
+            n += 1
+        except OSError as e:
+            raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
+                            "choose another --out-dir") from None
+    os.makedirs(os.path.join(path, "checkpoints"))
     return path
 
 

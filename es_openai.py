@@ -161,7 +161,8 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
          "--eval-every, --eval-episodes and --save-every must be at least 1"),
         (args.episodes >= 1, "--episodes must be at least 1"),
         (args.episode_length is None or args.episode_length >= 1, "--episode-length must be at least 1"),
-        (args.noise_size >= 1, "--noise-size must be at least 1")]
+        (args.noise_size >= 1, "--noise-size must be at least 1"),
+        (args.target_return is None or not math.isnan(args.target_return), "--target-return must be a number, not nan")]
     for ok, message in checks:
         if not ok:
             raise UserError(message)
@@ -1010,12 +1011,18 @@ def versions() -> dict:
 
 def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}")
-    try:
-        os.makedirs(os.path.join(path, "checkpoints"))
-    except OSError as e:
-        raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
-                        "choose another --out-dir") from None
+    base, n = os.path.join(out_dir, f"{env_id}__{script}__{seed}__{stamp}"), 1
+    while True:
+        path = base if n == 1 else f"{base}-{n}"  # runs of one env and seed started in one second
+        try:
+            os.makedirs(path)
+            break
+        except FileExistsError:
+            n += 1
+        except OSError as e:
+            raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
+                            "choose another --out-dir") from None
+    os.makedirs(os.path.join(path, "checkpoints"))
     return path
 
 
@@ -1237,7 +1244,10 @@ def train(args) -> dict:
     noise = make_noise_table(args, n_params(sizes))  # before anything is written: a refusal leaves no trace
     try:
         run_dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
-        write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
+        try:
+            write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
+        except OSError as e:  # a resumed run's folder that cannot be written
+            raise UserError(f"cannot write to the run directory '{run_dir}': {e.strerror}") from None
         if not args.resume:
             checkpoint(run_dir, state, args, sizes, snapshot=True)  # generation 0 is a snapshot too
         write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
@@ -1359,6 +1369,8 @@ def evaluate_snapshots(args) -> list:
         if os.path.isdir(folder) else []
     if not names:
         raise UserError(f"'{run_dir}' has no snapshots (checkpoints/iter_*.npz)")
+    if not os.access(run_dir, os.W_OK) or os.path.isdir(os.path.join(run_dir, "snapshots.csv")):
+        raise UserError(f"cannot write snapshots.csv to '{run_dir}'")
     states = [load_state(os.path.join(folder, f), args, sizes) for f in names]  # all checked before any runs
     noise = NoiseTable(1, 0)  # evaluation needs no noise
     pool = WorkerPool(args.workers, noise, args, act_space, sizes)

@@ -223,8 +223,19 @@ class CrashEnv(NanEnv):
         os._exit(3)  # a worker process that dies without a word
 
 
+class CrashLaterEnv(NanEnv):
+    """Dies at the start of its 13th episode: with one worker and 2 directions (4 episodes an
+    iteration), in the middle of iteration 4."""
+    def reset(self, seed=None, options=None):
+        self.episodes = getattr(self, "episodes", 0) + 1
+        if self.episodes == 13:
+            os._exit(3)
+        return super().reset(seed=seed)
+
+
 gym.register("NanTest-v0", entry_point=NanEnv, max_episode_steps=100)
 gym.register("CrashTest-v0", entry_point=CrashEnv, max_episode_steps=100)
+gym.register("CrashLaterTest-v0", entry_point=CrashLaterEnv, max_episode_steps=100)
 
 
 @FORK_ONLY
@@ -257,6 +268,16 @@ def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
             run(tmp_path, env="CrashTest-v0", workers=2)
     finally:
         signal.alarm(0)
+
+
+@FORK_ONLY
+def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_path):
+    with pytest.raises(RuntimeError, match="worker process died"):
+        run(tmp_path, env="CrashLaterTest-v0", iterations=10, n_directions=2, top_b=1, version=1, nu=0.01,
+            alpha=0.01, eval_every=100, save_every=100)
+    (run_dir,) = glob.glob(str(tmp_path / "CrashLaterTest-v0__ars__*"))
+    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
+    assert int(ck["iteration"]) == 3 and int(ck["episodes"]) == 12
 
 
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
@@ -343,6 +364,8 @@ def bad(tmp_path, *argv):
     (["--env", "Pendulum-v1", "--seed", "-1"], "--seed must be 0 or more"),
     (["--env", "Pendulum-v1", "--alpha", "inf"], "must be finite numbers"),
     (["--env", "Pendulum-v1", "--shift", "nan"], "must be finite numbers"),
+    (["--env", "Pendulum-v1", "--target-return", "nan"], "not nan"),
+    (["--env", "Pendulum-v1", "--target-return", "0", "--confirm-return", "nan"], "not nan"),
 ])
 def test_bad_flags(tmp_path, argv, message):
     assert message in bad(tmp_path, *argv)
@@ -378,3 +401,26 @@ def test_unwritable_output_folder(tmp_path):
     out = cli("--env", "Pendulum-v1", "--out-dir", str(blocker / "runs"), timeout=60)
     assert out.returncode == 2 and "cannot create the run directory" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_resumed_run_directory_that_cannot_be_written(tmp_path):
+    good = run(tmp_path / "good", iterations=1)
+    os.mkdir(os.path.join(good["run_dir"], "config.json.tmp"))  # config.json cannot be rewritten (even as root)
+    before = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
+    line = bad(tmp_path, "--resume", good["run_dir"], "--iterations", "2")
+    assert "cannot write to the run directory" in line
+    after = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
+    assert after == before
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
+    second = ars.datetime.datetime(2026, 1, 2, 3, 4, 5)
+
+    class Frozen:  # datetime.datetime.now() always in the same second
+        @staticmethod
+        def now():
+            return second
+    monkeypatch.setattr(ars.datetime, "datetime", Frozen)
+    dirs = [ars.make_run_dir(str(tmp_path), "Pendulum-v1", "ars", 0) for _ in range(3)]
+    assert len(set(dirs)) == 3 and all(os.path.isdir(os.path.join(d, "checkpoints")) for d in dirs)
+    assert os.path.basename(dirs[2]) == "Pendulum-v1__ars__0__20260102-030405-3"

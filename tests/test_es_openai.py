@@ -336,6 +336,15 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert resumed["episodes"] == full["episodes"] and resumed["env_steps"] == full["env_steps"]
 
 
+def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):
+    rows = list(csv_rows(run(tmp_path, iterations=3, population=10, eval_prob=0.5)["run_dir"]))
+    counts = [int(r["noiseless_count"]) for r in rows]
+    assert sum(counts) > 0 and all(float(r["noiseless_return_mean"]) > 0 for r, c in zip(rows, counts) if c)
+    assert all(int(r["episodes_this_gen"]) >= 10 for r in rows)  # noiseless episodes are not population
+    none = list(csv_rows(run(tmp_path / "none", iterations=3, population=10)["run_dir"]))
+    assert all(int(r["noiseless_count"]) == 0 for r in none)
+
+
 def test_es_learns_cartpole_within_a_tiny_budget(tmp_path):
     result = run(tmp_path, iterations=15, population=20, hidden="16", sigma=0.05, alpha=0.03, eval_every=15,
                  eval_episodes=10)
@@ -413,6 +422,7 @@ def test_every_pair_of_option_values_runs(tmp_path):
     (["--env", "Pendulum-v1", "--fitness", "best"], "invalid choice"),
     (["--env", "HalfCheetah-v9"], "did you mean HalfCheetah-v5"),
     (["--env", "Blackjack-v1"], "observations must be a flat Box"),
+    (["--env", "Pendulum-v1", "--target-return", "nan"], "not nan"),
 ])
 def test_bad_flags(tmp_path, argv, message):
     small_table = [] if "--noise-size" in argv else ["--noise-size", "100000"]
@@ -446,6 +456,20 @@ def test_bad_checkpoints_and_run_directories(tmp_path):
     assert "this run needs [4, 9, 2]" in bad(tmp_path, "--play", good["run_dir"])
     json.dump({**cfg, "env": "Acrobot-v1"}, open(cfg_path, "w"))
     assert "is for CartPole-v1, not Acrobot-v1" in bad(tmp_path, "--play", good["run_dir"])
+
+
+def test_run_directories_that_cannot_be_written(tmp_path):
+    good = run(tmp_path / "good", iterations=2, save_every=1)
+    files = lambda: {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)  # noqa: E731
+                     if os.path.isfile(p)}
+    before = files()
+    blocked = os.path.join(good["run_dir"], "config.json.tmp")
+    os.mkdir(blocked)  # config.json cannot be rewritten (even as root)
+    assert "cannot write to the run directory" in bad(tmp_path, "--resume", good["run_dir"], "--iterations", "3")
+    os.rmdir(blocked)
+    os.mkdir(os.path.join(good["run_dir"], "snapshots.csv"))
+    assert "cannot write snapshots.csv" in bad(tmp_path, "--evaluate-snapshots", good["run_dir"])
+    assert files() == before
 
 
 def test_unwritable_output_folder(tmp_path):
@@ -555,5 +579,7 @@ def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
     header, *rows = open(os.path.join(run_dir, "snapshots.csv")).read().splitlines()
     assert [int(float(r.split(",")[0])) for r in rows] == [0, 2, 4]
     assert os.path.getsize(os.path.join(run_dir, "snapshots.png")) > 1000
-    played = cli("--play", run_dir, "--episodes", "2")
+    played = cli("--play", run_dir, "--episodes", "2", "--video")
     assert played.returncode == 0 and "mean return" in played.stdout and "generation 4" in played.stdout
+    (gif,) = glob.glob(os.path.join(run_dir, "video", "*.gif"))
+    assert open(gif, "rb").read(6) == b"GIF89a"

@@ -1,37 +1,24 @@
-"""Throughput of ars.py against a bare env.step loop, and its speed-up from 1 to 2 workers.
+"""Throughput of ars.py against bare env.step loops, and its speed-up from 1 to 2 workers.
 
     python docs/bench/ars_throughput.py --env HalfCheetah-v5 --iterations 10 --repeats 5
 
-Prints one Markdown table row per repetition and their medians. Run it on a quiet machine: each
-repetition measures the bare loop, 1 worker and 2 workers one after the other, so that a slow
-minute of a shared machine hits all three; the medians of the ratios are the figures to report.
+Each repetition runs 10 iterations of ars.py (N = b = 8 directions, no evaluation) with one
+worker on one core while, on the other core, a bare loop replays the very episodes of that
+training (reset seeds and actions recorded once from a training with the same seed): the
+per-core ratio compares the two over the same seconds, and the cores swap every repetition.
+Then, one after the other: a bare loop with random actions, the replay loop alone, the replay
+split over 2 processes, and ars.py with 1 and 2 workers. Training steps per second leave out the
+first iteration, which also creates each worker's environment. How and why: docs/bench/replay.py.
 """
 import argparse
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import ars  # noqa: E402
 import numpy as np  # noqa: E402
-
-
-def bare_loop(env_id: str, episodes: int, seed: int = 0) -> float:
-    """env.step steps per second with precomputed random actions, resets included."""
-    env = ars.make_env(env_id, None)
-    rng = np.random.default_rng(seed)
-    low, high = env.action_space.low, env.action_space.high
-    actions = rng.uniform(low, high, size=(4096, *low.shape))
-    steps, t0 = 0, time.perf_counter()
-    for e in range(episodes):
-        env.reset(seed=seed + e)
-        while True:
-            _, _, terminated, truncated, _ = env.step(actions[steps % 4096])
-            steps += 1
-            if terminated or truncated:
-                break
-    return steps / (time.perf_counter() - t0)
+from replay import measure  # noqa: E402
 
 
 def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) -> float:
@@ -61,17 +48,8 @@ def main():
     p.add_argument("--n-directions", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
-    print("| repetition | bare env.step loop (steps/s, 1 core) | ars.py, 1 worker | per-core ratio | ars.py, 2 workers | speed-up 1 -> 2 |")
-    print("|---|---|---|---|---|---|")
-    table = []
-    for r in range(a.repeats):
-        bare = bare_loop(a.env, episodes=4 * a.n_directions)
-        one = ars_training(a.env, 1, a.iterations, a.n_directions)
-        two = ars_training(a.env, 2, a.iterations, a.n_directions)
-        table.append((bare, one, one / bare, two, two / one))
-        print(f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x |", flush=True)
-    bare, one, ratio, two, speedup = np.median(np.array(table), axis=0)
-    print(f"| median ({a.env}) | {bare:,.0f} | {one:,.0f} | {ratio:.2f} | {two:,.0f} | {speedup:.2f}x |")
+    measure(ars, "ars.py", a.env, lambda workers: ars_training(a.env, workers, a.iterations, a.n_directions),
+            a.repeats, random_episodes=4 * a.n_directions)
 
 
 if __name__ == "__main__":
