@@ -2,13 +2,13 @@
 
     python docs/bench/ars_throughput.py --env HalfCheetah-v5 --iterations 10 --repeats 5
 
-Each repetition runs 10 iterations of ars.py (N = b = 8 directions, no evaluation) with one
-worker on one core while, on the other core, a bare loop replays the very episodes of that
-training (reset seeds and actions recorded once from a training with the same seed): the
-per-core ratio compares the two over the same seconds, and the cores swap every repetition.
-Then, one after the other: a bare loop with random actions, the replay loop alone, the replay
-split over 2 processes, and ars.py with 1 and 2 workers. Training steps per second leave out the
-first iteration, which also creates each worker's environment. How and why: docs/bench/replay.py.
+The training is 10 iterations of ars.py (N = b = 8 directions, no evaluation). Each repetition
+times, one after the other: a bare loop that replays the very episodes of that training (reset
+seeds and actions recorded once from a training with the same seed), ars.py with 1 and with 2
+workers, the bare loop split over 2 processes, and a bare loop with random actions. Training
+rates leave out the first iteration, which also creates each worker's environment. Prints the
+rates of each repetition, their medians, and the best of the repetitions iteration by
+iteration. How and why: docs/bench/replay.py.
 """
 import argparse
 import os
@@ -21,8 +21,9 @@ import numpy as np  # noqa: E402
 from replay import measure  # noqa: E402
 
 
-def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) -> float:
-    """Training env steps per second of ars.py (rollouts, update and statistics; evaluation excluded)."""
+def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) -> list:
+    """Per iteration of ars.py: (training episodes, env steps, seconds of its training part:
+    rollouts, update and statistics; evaluation excluded)."""
     with tempfile.TemporaryDirectory() as out:
         args = ars.resolve_config(ars.build_parser().parse_args(
             ["--env", env_id, "--iterations", str(iterations), "--n-directions", str(n_directions),
@@ -35,10 +36,8 @@ def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) 
             sys.stdout.close()
             sys.stdout = devnull
         rows = ars.read_csv_rows(os.path.join(out, os.listdir(out)[0], "progress.csv"))
-    steps = np.array([float(r[2]) for r in rows])
-    per_iteration = np.diff(np.r_[0.0, steps])[1:]  # the first iteration also creates each worker's environment
-    train_time = per_iteration / np.array([float(r[10]) for r in rows[1:]])
-    return per_iteration.sum() / train_time.sum()
+    steps = np.diff(np.r_[0, [int(r[2]) for r in rows]])
+    return [(2 * n_directions, int(n), n / float(r[10])) for n, r in zip(steps, rows)]
 
 
 def main():

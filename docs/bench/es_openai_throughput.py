@@ -2,15 +2,14 @@
 
     python docs/bench/es_openai_throughput.py --env HalfCheetah-v5 --iterations 6 --repeats 5
 
-Each repetition runs 6 generations of es_openai.py (population 40, no evaluation) with one
-worker on one core while, on the other core, a bare loop replays the very episodes of that
-training (reset seeds and actions recorded once from a training with the same seed): the
-per-core ratio compares the two over the same seconds, and the cores swap every repetition.
-Then, one after the other: a bare loop with random actions, the replay loop alone, the replay
-split over 2 processes, and es_openai.py with 1 and 2 workers. Training steps per second leave
-out the first generation, which also creates each worker's environments. Last, the mean
-per-step cost of the policy and of env.step as the workers measured them. How and why:
-docs/bench/replay.py.
+The training is 6 generations of es_openai.py (population 40, no evaluation). Each repetition
+times, one after the other: a bare loop that replays the very episodes of that training (reset
+seeds and actions recorded once from a training with the same seed), es_openai.py with 1 and
+with 2 workers, the bare loop split over 2 processes, and a bare loop with random actions.
+Training rates leave out the first generation, which also creates each worker's environments.
+Prints the rates of each repetition, their medians, and the best of the repetitions generation
+by generation; last, the per-step cost of the policy and of env.step as the workers measured
+them. How and why: docs/bench/replay.py.
 """
 import argparse
 import csv
@@ -25,8 +24,9 @@ from replay import measure  # noqa: E402
 
 
 def es_training(env_id: str, workers: int, iterations: int, population: int) -> tuple:
-    """Training env steps per second of es_openai.py (rollouts and update, evaluation excluded),
-    and the workers' mean per-step policy and env.step times in microseconds."""
+    """Per generation of es_openai.py: (training episodes, env steps, seconds: rollouts and
+    update, evaluation excluded); and the workers' mean per-step policy and env.step times in
+    microseconds over the generations after the first."""
     with tempfile.TemporaryDirectory() as out:
         args = eo.resolve_config(eo.build_parser().parse_args(
             ["--env", env_id, "--iterations", str(iterations), "--population", str(population),
@@ -40,12 +40,10 @@ def es_training(env_id: str, workers: int, iterations: int, population: int) -> 
             sys.stdout = devnull
         with open(os.path.join(out, os.listdir(out)[0], "progress.csv")) as f:
             rows = list(csv.DictReader(f))
-    rows = rows[1:]  # the first generation also creates each worker's environment
-    steps = sum(float(r["timesteps_this_gen"]) for r in rows)
-    seconds = sum(float(r["time_gen_s"]) for r in rows)
-    policy = np.mean([float(r["time_policy_us_mean"]) for r in rows])
-    env = np.mean([float(r["time_env_us_mean"]) for r in rows])
-    return steps / seconds, policy, env
+    gens = [(int(r["episodes_this_gen"]), int(r["timesteps_this_gen"]), float(r["time_gen_s"])) for r in rows]
+    policy = np.mean([float(r["time_policy_us_mean"]) for r in rows[1:]])  # the first generation also
+    env = np.mean([float(r["time_env_us_mean"]) for r in rows[1:]])  # creates each worker's environments
+    return gens, policy, env
 
 
 def main():
@@ -57,11 +55,12 @@ def main():
     a = p.parse_args()
     costs = []
 
-    def training(workers: int) -> float:
-        rate, policy_us, env_us = es_training(a.env, workers, a.iterations, a.population)
+    def training(workers: int) -> list:
+        gens, policy_us, env_us = es_training(a.env, workers, a.iterations, a.population)
         if workers == 1:
+            rate = sum(n for _, n, _ in gens[1:]) / sum(t for _, _, t in gens[1:])
             costs.append((policy_us, env_us, env_us / (1e6 / rate)))
-        return rate
+        return gens
 
     measure(eo, "es_openai.py", a.env, training, a.repeats, random_episodes=a.population)
     policy_us, env_us, share = np.median(np.array(costs[1:]), axis=0)  # costs[0]: the recording run

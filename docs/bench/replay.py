@@ -13,12 +13,19 @@ bare env.step loops on the same environment:
   trainings, run without the recorder, step through exactly these episodes, and the replay
   checks that it gets back each episode's return.
 
-The host of a virtual machine changes speed by tens of percent from one minute to the next, so
-the per-core ratio is measured with both on the machine at once (`beside`): the training with
-one worker pinned to one core, the replay loop pinned to the other, over the same seconds; the
-next repetition swaps the cores. The speed-ups from 1 to 2 workers are measured one after the
-other, beside the same speed-up of the bare loop itself (`replay_parallel`: the episodes split
-over 2 processes), the most two cores of this machine give.
+The host of this virtual machine changes speed by up to a factor of two from one tenth of a
+second to the next (a bare HalfCheetah loop timed in 2,000-step chunks ran at 10,000 to 19,000
+steps per second within a minute, with CPU time equal to wall time: the process is not
+descheduled, it runs slower). Whole-run rates measured one after the other therefore differ by
+tens of percent between repetitions. `measure` reports both:
+
+- per repetition, whole-run rates (the replay loop, then 1 worker, then 2 workers), and their
+  medians;
+- best of R: each training iteration's time, and the replay of that iteration's episodes, is
+  taken at its minimum over the R repetitions (the practice of Python's timeit: interference
+  only ever slows a run down, so the fastest of several runs of the same work is the best
+  estimate of its cost), and rates are summed over the iterations. The same episodes and the
+  same iterations are compared, so the per-core ratio compares like with like.
 """
 import contextlib
 import glob
@@ -73,10 +80,11 @@ def recording(module, folder: str):
         module.make_env = original
 
 
-def load_episodes(folder: str, part: int = 0, parts: int = 1) -> list:
-    """(seed, actions, return) of the recorded episodes part, part + parts, part + 2 parts, ..."""
+def load_episodes(folder: str, part: int = 0, parts: int = 1, skip: int = 0) -> list:
+    """(seed, actions, return) of the recorded episodes, in order; with skip, from episode skip
+    on; with parts > 1, only part, part + parts, part + 2 parts, ... of those."""
     episodes = []
-    for name in sorted(glob.glob(os.path.join(folder, "*.npz")))[part::parts]:
+    for name in sorted(glob.glob(os.path.join(folder, "*.npz")))[skip:][part::parts]:
         with np.load(name) as f:
             seed = int(f["seed"])
             episodes.append((None if seed < 0 else seed, list(f["actions"]), float(f["returns"])))
@@ -100,11 +108,11 @@ def random_loop(module, env_id: str, episodes: int, seed: int = 0) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def replay(module, env_id: str, folder: str, part: int = 0, parts: int = 1) -> tuple:
+def replay(module, env_id: str, folder: str, part: int = 0, parts: int = 1, skip: int = 0) -> tuple:
     """Steps per second of a bare loop over the recorded episodes (resets included), the number
     of steps replayed, and how many episodes did not give back their recorded return (0 when
-    the replay followed the training's trajectories)."""
-    episodes = load_episodes(folder, part, parts)
+    the replay followed the training's trajectories). part, parts, skip: as load_episodes."""
+    episodes = load_episodes(folder, part, parts, skip)
     env = module.make_env(env_id, None)
     steps, returns, t0 = 0, [], time.perf_counter()
     for seed, actions, _ in episodes:
@@ -121,96 +129,76 @@ def replay(module, env_id: str, folder: str, part: int = 0, parts: int = 1) -> t
 
 
 def _replay_part(job: tuple) -> tuple:
-    module_name, env_id, folder, part, parts = job
-    rate, steps, _ = replay(importlib.import_module(module_name), env_id, folder, part, parts)
+    module_name, env_id, folder, part, parts, skip = job
+    rate, steps, _ = replay(importlib.import_module(module_name), env_id, folder, part, parts, skip)
     return steps, steps / rate  # steps and seconds of this process
 
 
-def replay_parallel(module, env_id: str, folder: str, processes: int) -> float:
+def replay_parallel(module, env_id: str, folder: str, processes: int, skip: int = 0) -> float:
     """Steps per second of `processes` bare loops at once, each replaying its share of the
-    recorded episodes: all their steps over the time of the slowest."""
+    recorded episodes (from episode skip on): all their steps over the time of the slowest."""
     with mp.get_context("fork").Pool(processes) as pool:
-        done = pool.map(_replay_part, [(module.__name__, env_id, folder, i, processes) for i in range(processes)],
-                        chunksize=1)
+        done = pool.map(_replay_part, [(module.__name__, env_id, folder, i, processes, skip)
+                                       for i in range(processes)], chunksize=1)
     return sum(steps for steps, _ in done) / max(seconds for _, seconds in done)
 
 
-def _replay_until_stopped(module_name: str, env_id: str, folder: str, cpu: int, stop, queue):
-    """Replay the recorded episodes over and over on core `cpu`; report (time, steps so far) at
-    each episode's end."""
-    os.sched_setaffinity(0, {cpu})
+def replay_groups(module, env_id: str, folder: str, sizes: list) -> list:
+    """Seconds to replay each group of consecutive recorded episodes; sizes: episodes per group."""
     episodes = load_episodes(folder)
-    env = importlib.import_module(module_name).make_env(env_id, None)
-    steps, marks = 0, [(time.time(), 0)]
-    queue.put("ready")
-    while not stop.is_set():
-        for seed, actions, _ in episodes:
+    env = module.make_env(env_id, None)
+    seconds, i = [], 0
+    for n in sizes:
+        t0 = time.perf_counter()
+        for seed, actions, _ in episodes[i:i + n]:
             env.reset(seed=seed)
             for a in actions:
                 env.step(a)
-            steps += len(actions)
-            marks.append((time.time(), steps))
-            if stop.is_set():
-                break
-    queue.put(marks)
+        seconds.append(time.perf_counter() - t0)
+        i += n
+    env.close()
+    return seconds
 
 
-def beside(module, env_id: str, folder: str, replay_cpu: int, fn):
-    """Run fn() pinned to the cores other than `replay_cpu` while the bare loop replays the
-    recorded episodes on `replay_cpu`. Returns fn's result and the bare loop's steps per second
-    over the episodes it finished during fn()."""
-    ctx = mp.get_context("fork")
-    stop, queue = ctx.Event(), ctx.Queue()
-    proc = ctx.Process(target=_replay_until_stopped, args=(module.__name__, env_id, folder, replay_cpu, stop, queue))
-    proc.start()
-    queue.get()  # the loop has its environment and runs
-    saved = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, saved - {replay_cpu})  # the training's processes are forked from here: they inherit it
-    t0 = time.time()
-    try:
-        result = fn()
-    finally:
-        t1 = time.time()
-        os.sched_setaffinity(0, saved)
-        stop.set()
-    marks = queue.get()
-    proc.join()
-    inside = [(t, s) for t, s in marks if t0 <= t <= t1]
-    rate = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
-    return result, rate
-
-
-def measure(module, script: str, env_id: str, train, repeats: int, random_episodes: int) -> list:
-    """Print the throughput table: one row per repetition and their medians. train(workers)
-    returns the training's env steps per second (first iteration excluded)."""
-    if len(os.sched_getaffinity(0)) < 2:
-        raise SystemExit("needs 2 cores")
-    cpus = sorted(os.sched_getaffinity(0))[:2]
+def measure(module, script: str, env_id: str, train, repeats: int, random_episodes: int) -> dict:
+    """Print the throughput table. train(workers) runs a training and returns, per iteration,
+    (episodes, env steps, seconds of its training part); the first iteration, which also creates
+    each worker's environment, is left out of every rate."""
     with tempfile.TemporaryDirectory() as folder:
         with recording(module, folder):  # the timed trainings below run these very episodes
-            train(1)
-        _, steps, mismatches = replay(module, env_id, folder)
-        print(f"recorded {steps:,} steps of the training's episodes; {mismatches} replayed episodes "
-              "differ from the training's return\n")
-        print(f"| repetition | {script}, 1 worker | bare loop of its episodes beside it, same seconds | "
-              "per-core ratio | bare loop, random actions (alone) | bare loop of the episodes (alone) | "
-              f"{script}, 1 worker (alone) | {script}, 2 workers | speed-up 1 -> 2 | bare loop on 2 processes | "
-              "its speed-up 1 -> 2 |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        table = []
+            recorded = train(1)
+        sizes, steps = [e for e, _, _ in recorded], np.array([s for _, s, _ in recorded])
+        episodes = load_episodes(folder)
+        lengths = [len(a) for _, a, _ in episodes][:sum(sizes)]  # the evaluation episode at the end left out
+        got = np.add.reduceat(lengths, np.r_[0, np.cumsum(sizes)[:-1]])
+        mismatches = replay(module, env_id, folder)[2]
+        assert np.array_equal(got, steps), "the recorded episodes are not grouped as the training's iterations"
+        print(f"recorded {sum(sizes):,} training episodes ({steps.sum():,} steps) in {len(sizes)} iterations; "
+              f"{mismatches} replayed episodes differ from the training's return\n")
+        print(f"| repetition | bare loop, training's episodes (1 core) | {script}, 1 worker | per-core ratio | "
+              f"{script}, 2 workers | speed-up 1 -> 2 | bare loop on 2 processes | its speed-up 1 -> 2 | "
+              "bare loop, random actions |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        n = steps[1:].sum()
+        runs = {"bare": [], "one": [], "two": []}
+        rows = []
         for r in range(repeats):
-            one_b, same_b = beside(module, env_id, folder, cpus[r % 2], lambda: train(1))
+            runs["bare"].append(replay_groups(module, env_id, folder, sizes)[1:])
+            runs["one"].append([t for _, _, t in train(1)][1:])
+            runs["two"].append([t for _, _, t in train(2)][1:])
+            bare2 = replay_parallel(module, env_id, folder, 2, skip=sizes[0])
             rand = random_loop(module, env_id, random_episodes)
-            same = replay(module, env_id, folder)[0]
-            same2 = replay_parallel(module, env_id, folder, 2)
-            one, two = train(1), train(2)
-            table.append((one_b, same_b, one_b / same_b, rand, same, one, two, two / one, same2, same2 / same))
-            print(f"| {r + 1} (cores {cpus[1 - r % 2]} / {cpus[r % 2]}) | {one_b:,.0f} | {same_b:,.0f} | "
-                  f"{one_b / same_b:.2f} | {rand:,.0f} | {same:,.0f} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | "
-                  f"{same2:,.0f} | {same2 / same:.2f}x |", flush=True)
-    m = np.median(np.array(table), axis=0)
-    lo, hi = np.min(np.array(table), axis=0), np.max(np.array(table), axis=0)
-    print(f"| median ({env_id}) | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.2f} ({lo[2]:.2f}-{hi[2]:.2f}) | {m[3]:,.0f} | "
-          f"{m[4]:,.0f} | {m[5]:,.0f} | {m[6]:,.0f} | {m[7]:.2f}x ({lo[7]:.2f}-{hi[7]:.2f}) | {m[8]:,.0f} | "
-          f"{m[9]:.2f}x ({lo[9]:.2f}-{hi[9]:.2f}) |")
-    return table
+            bare, one, two = (n / sum(runs[k][-1]) for k in ("bare", "one", "two"))
+            rows.append((bare, one, one / bare, two, two / one, bare2, bare2 / bare, rand))
+            print(f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x | "
+                  f"{bare2:,.0f} | {bare2 / bare:.2f}x | {rand:,.0f} |", flush=True)
+    rows = np.array(rows)
+    m, lo, hi = np.median(rows, axis=0), rows.min(axis=0), rows.max(axis=0)
+    print(f"| median of {repeats} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.2f} ({lo[2]:.2f}-{hi[2]:.2f}) | {m[3]:,.0f} | "
+          f"{m[4]:.2f}x ({lo[4]:.2f}-{hi[4]:.2f}) | {m[5]:,.0f} | {m[6]:.2f}x ({lo[6]:.2f}-{hi[6]:.2f}) | {m[7]:,.0f} |")
+    best = {k: n / np.min(np.array(v), axis=0).sum() for k, v in runs.items()}
+    best2 = rows[:, 5].max()
+    print(f"| best of {repeats}, iteration by iteration | {best['bare']:,.0f} | {best['one']:,.0f} | "
+          f"{best['one'] / best['bare']:.2f} | {best['two']:,.0f} | {best['two'] / best['one']:.2f}x | "
+          f"{best2:,.0f} (fastest run) | {best2 / best['bare']:.2f}x | {rows[:, 7].max():,.0f} (fastest run) |")
+    return {"rows": rows, "best": best}
