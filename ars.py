@@ -265,14 +265,20 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     W = M * inv_sigma  # fold the normalization into the matrix: a = W x - W mu, one product per step
     c = -W @ mu
     low, high = env.action_space.low, env.action_space.high
+    dot, add, maximum, minimum, step = np.dot, np.add, np.maximum, np.minimum, env.step  # looked up once
     x, _ = env.reset(seed=env_seed)  # both rollouts of a pair share env_seed (the official code does not)
     observed = [x] if keep_obs else None
     total, shaped, steps = 0.0, 0.0, 0
     while True:
-        # Deviation: actions are clipped to the bounds; the official code sends the raw action
-        # (MuJoCo clips it too, but charges its control cost on the unclipped value). minimum and
-        # maximum clip as np.clip does, in about 1 microsecond less per step.
-        x, r, terminated, truncated, _ = env.step(np.minimum(np.maximum(W @ x + c, low), high))
+        # a = W x + c, then clipped. Deviation: actions are clipped to the bounds; the official code
+        # sends the raw action (MuJoCo clips it too, but charges its control cost on the unclipped
+        # value). This is the hot path: one new array per step, the rest written into it (same
+        # values as np.clip(W @ x + c, low, high), about 2 microseconds less per step).
+        a = dot(W, x)
+        add(a, c, out=a)
+        maximum(a, low, out=a)
+        minimum(a, high, out=a)
+        x, r, terminated, truncated, _ = step(a)
         steps += 1
         total += r
         shaped += (max(-reward_clip, min(reward_clip, r)) if reward_clip else r) - shift
