@@ -225,7 +225,7 @@ class CrashEnv(NanEnv):
 
 class CrashLaterEnv(NanEnv):
     """Dies at the start of its 13th episode: with one worker and 2 directions (4 episodes an
-    iteration), in the middle of iteration 4."""
+    iteration), the first episode of iteration 4."""
     def reset(self, seed=None, options=None):
         self.episodes = getattr(self, "episodes", 0) + 1
         if self.episodes == 13:

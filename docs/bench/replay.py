@@ -172,7 +172,9 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
         lengths = [len(a) for _, a, _ in episodes][:sum(sizes)]  # the evaluation episode at the end left out
         got = np.add.reduceat(lengths, np.r_[0, np.cumsum(sizes)[:-1]])
         mismatches = replay(module, env_id, folder)[2]
-        assert np.array_equal(got, steps), "the recorded episodes are not grouped as the training's iterations"
+        if not np.array_equal(got, steps):
+            raise SystemExit("the recorded episodes do not add up to the training's iterations: "
+                             f"{got.tolist()} against {steps.tolist()} steps")
         print(f"recorded {sum(sizes):,} training episodes ({steps.sum():,} steps) in {len(sizes)} iterations; "
               f"{mismatches} replayed episodes differ from the training's return\n")
         print(f"| repetition | bare loop, training's episodes (1 core) | {script}, 1 worker | per-core ratio | "
