@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--noise-seed", type=int, default=123, help="seed of the noise table (paper 123)")
     a("--episode-length", type=int, help="steps per episode (default: the env's time limit)")
     a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
+    a("--lockstep", type=int, default=2, help="mirrored pairs a worker steps together, one policy call per "
+      "step for all their episodes (typ. 1-4; speed only, the results do not change)")
     a("--out-dir", default="runs", help="where run directories are created")
     a("--eval-every", type=int, help="evaluate the noiseless policy every K generations (preset)")
     a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
@@ -155,6 +157,7 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
         (args.ac_noise_std is None or args.ac_noise_std >= 0, "--ac-noise-std must be 0 or more"),
         (args.ac_bins == 0 or args.ac_bins >= 2, "--ac-bins must be 0 (continuous) or at least 2"),
         (args.workers is None or args.workers >= 1, "--workers must be at least 1"),
+        (args.lockstep >= 1, "--lockstep must be at least 1"),
         (args.ray or not args.ray_address, "--ray-address needs --ray"),
         (args.iterations >= 0, "--iterations must be at least 0"),
         (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
@@ -442,50 +445,52 @@ class Policy:
         return np.minimum(np.maximum(y, self.low), self.high)
 
 
-class PolicyPair(Policy):
-    """The two policies of a mirrored pair, theta + sigma eps (row 0) and theta - sigma eps (row 1),
-    evaluated together for rollout_pair, which steps both episodes in lockstep.
+class PolicyBatch(Policy):
+    """The policies of the mirrored pairs that rollout_lockstep steps together: row 2p is
+    theta + sigma eps_p, row 2p + 1 is theta - sigma eps_p, B = 2P rows in all.
 
-    Why lockstep: a policy step is about a dozen NumPy calls on small arrays, each costing far
-    more than its arithmetic. With the pair's layers stacked as (2, n_in + 1, n_out), one batched
-    product per layer, and one call for each other operation on (2, ...) arrays, serve both
-    episodes: the math of two Policy calls for little more than the cost of one. Every operand is
+    Why a batch: a policy step is about a dozen NumPy calls on small arrays, each costing far more
+    than its arithmetic. With the rows' layers stacked as (B, n_in + 1, n_out), one batched
+    product per layer, and one call for each other operation on (B, ...) arrays, serve all B
+    episodes: the math of B Policy calls for little more than the cost of one. Every operand is
     contiguous and of its partner's shape: NumPy is several times slower on strided or broadcast
-    arrays of this size."""
+    arrays of this size. Each row is computed exactly as Policy computes it alone (tested)."""
 
     def __init__(self, thetas: list, sizes: list, *args, **kw):
         super().__init__(thetas[0], sizes, *args, **kw)  # normalization, bounds and bins: as for one policy
-        minus = Policy(thetas[1], sizes, *args, **kw).layers
-        self.layers = [np.stack(Wb) for Wb in zip(self.layers, minus)]  # (2, n_in + 1, n_out)
-        self.inputs = [np.ones((2, 1, n + 1)) for n in sizes[:-1]]  # (2, 1, n + 1): each row ends with the 1
-        self.x0 = self.inputs[0].reshape(-1)  # (2 (obs_dim + 1),): [o+, 1, o-, 1] as one contiguous vector
-        self.obs = self.inputs[0][:, 0, :-1]  # (2, obs_dim): where the two observations are written
-        self.hidden = [x[..., :-1] for x in self.inputs[1:]]  # (2, 1, n): where each activation goes
+        others = [Policy(theta, sizes, *args, **kw).layers for theta in thetas[1:]]
+        self.layers = [np.stack(Wb) for Wb in zip(self.layers, *others)]  # (B, n_in + 1, n_out)
+        B = len(thetas)
+        self.inputs = [np.ones((B, 1, n + 1)) for n in sizes[:-1]]  # (B, 1, n + 1): each row ends with the 1
+        self.x0 = self.inputs[0].reshape(-1)  # (B (obs_dim + 1),): [o_1, 1, o_2, 1, ...] as one contiguous vector
+        self.obs = self.inputs[0][:, 0, :-1]  # (B, obs_dim): where the observations are written
+        self.hidden = [x[..., :-1] for x in self.inputs[1:]]  # (B, 1, n): where each activation goes
         # Eq. (9) on all of x0 at once (four calls): the 1s get scale 1, shift 0 and bounds [1, 1], so stay 1.
-        both = lambda a, one: np.tile(np.append(a, one), 2)  # noqa: E731
-        self.ob_inv_std, self.ob_shift = both(self.ob_inv_std, 1.0), both(self.ob_shift, 0.0)
-        self.clip_low, self.clip_high = both(self.clip_low, 1.0), both(self.clip_high, 1.0)
+        rows = lambda a, one: np.tile(np.append(a, one), B)  # noqa: E731
+        self.ob_inv_std, self.ob_shift = rows(self.ob_inv_std, 1.0), rows(self.ob_shift, 0.0)
+        self.clip_low, self.clip_high = rows(self.clip_low, 1.0), rows(self.clip_high, 1.0)
         if not self.discrete:
-            self.low, self.high = np.tile(self.low, (2, 1)), np.tile(self.high, (2, 1))  # (2, adim)
+            self.low, self.high = np.tile(self.low, (B, 1)), np.tile(self.high, (B, 1))  # (B, adim)
 
     def __call__(self, obs, noise=None):
-        """Policy.__call__ on both rows: normalize (Eq. 9), the MLP, the action of Eq. (11). obs: the
-        two observations; noise: (2, adim) or None. Returns (2, adim) actions, or two ints (Discrete)."""
-        v = self.x0  # (2 (obs_dim + 1),)
-        self.obs[0], self.obs[1] = obs
-        np.multiply(v, self.ob_inv_std, out=v)  # Eq. (9): clip((o - mean) / std, -5, 5), both rows at once
+        """Policy.__call__ on every row: normalize (Eq. 9), the MLP, the action of Eq. (11). obs: the
+        B observations; noise: (B, adim) or None. Returns (B, adim) actions, or B ints (Discrete)."""
+        v = self.x0  # (B (obs_dim + 1),)
+        for row, ob in zip(self.obs, obs):
+            row[:] = ob
+        np.multiply(v, self.ob_inv_std, out=v)  # Eq. (9): clip((o - mean) / std, -5, 5), all rows at once
         np.add(v, self.ob_shift, out=v)
         np.maximum(v, self.clip_low, out=v)
         np.minimum(v, self.clip_high, out=v)
         for x, Wb, h in zip(self.inputs, self.layers[:-1], self.hidden):
-            z = x @ Wb  # (2, 1, n_out): both rows' [x, 1] @ [W; b] in one call
+            z = x @ Wb  # (B, 1, n_out): every row's [x, 1] @ [W; b] in one call
             self.act(z, z)  # in place on the contiguous product,
             h[:] = z  # then copied beside the 1s: faster than writing into the strided h
-        y = (self.inputs[-1] @ self.layers[-1])[:, 0]  # (2, n_out)
+        y = (self.inputs[-1] @ self.layers[-1])[:, 0]  # (B, n_out)
         if self.discrete:
             return np.argmax(y, axis=1).tolist()
         if self.bins:  # Eq. (11): per row and dimension, the value of the bin with the largest logit
-            y = self.bin_values[self.rows, np.argmax(y.reshape(2, -1, self.bins), axis=2)]  # (2, adim)
+            y = self.bin_values[self.rows, np.argmax(y.reshape(len(y), -1, self.bins), axis=2)]  # (B, adim)
         if noise is not None:  # action noise, training rollouts only
             y += noise
         return np.minimum(np.maximum(y, self.low), self.high)  # clipped, as in Policy (a deviation)
@@ -597,25 +602,29 @@ def obs_sums(obs: list) -> tuple:
     return obs.sum(axis=0), np.square(obs).sum(axis=0)
 
 
-def rollout_pair(envs: list, policy: PolicyPair, env_seed: int, rng=None, ac_noise_std: float = 0.0,
-                 keep_obs: bool = False, timer: dict = None) -> list:
-    """The + and - episodes of a mirrored pair in lockstep on two environments, both reset with
-    env_seed: one PolicyPair call per step computes both actions. When one episode ends, the other
-    goes on alone (the ended one's row is still computed, and ignored). Returns rollout's tuple for
-    each episode. The timers split each call's time evenly over the env steps it served: policy_us
-    and env_us are the pair's totals over its L+ + L- env steps."""
-    obs = [env.reset(seed=env_seed)[0] for env in envs]  # the observations the policy acts on next
-    total, sign_total, steps, running = [0.0, 0.0], [0.0, 0.0], [0, 0], [0, 1]
-    kept = [[ob] for ob in obs] if keep_obs else None
-    noisy = rng is not None and ac_noise_std > 0
+def rollout_lockstep(envs: list, policy: PolicyBatch, env_seeds: list, rngs: list = None,
+                     ac_noise_std: float = 0.0, keep_obs: list = None, timer: dict = None) -> list:
+    """The episodes of P mirrored pairs stepped together on 2P environments: episodes 2p (+) and
+    2p + 1 (-) are pair p's, both reset with env_seeds[p]; one PolicyBatch call per step computes
+    every action. An episode that ends leaves its row computed and ignored while the others go on.
+    rngs[p] draws pair p's action noise, keep_obs[p] says whether pair p records its observations.
+    Returns rollout's tuple for each episode, the same bits as each pair run alone. The timers
+    split each call's time evenly over the env steps it served: policy_us and env_us are the
+    totals over all the episodes' env steps."""
+    obs = [env.reset(seed=env_seeds[i // 2])[0] for i, env in enumerate(envs)]  # what the policy acts on next
+    n = len(envs)
+    total, sign_total, steps, running = [0.0] * n, [0.0] * n, [0] * n, list(range(n))
+    kept = [[ob] if keep_obs and keep_obs[i // 2] else None for i, ob in enumerate(obs)]
+    noisy = rngs is not None and ac_noise_std > 0
     t_policy = t_env = 0.0
     t, noise = 0, None
     while running:
         t0 = time.perf_counter()
-        if noisy:  # Eq. (11)'s noise for both episodes, 256 lockstep steps per draw: (256, 2, adim)
+        if noisy:  # Eq. (11)'s noise, 256 lockstep steps per draw, (256, 2, adim) from each pair's stream
             if t % 256 == 0:
-                block = ac_noise_std * rng.standard_normal((256, *policy.low.shape))
-            noise = block[t % 256]  # (2, adim): row 0 for the + episode, row 1 for the - one
+                block = np.concatenate([ac_noise_std * rng.standard_normal((256, 2, policy.low.shape[1]))
+                                        for rng in rngs], axis=1)  # (256, 2P, adim)
+            noise = block[t % 256]  # (2P, adim): row i for episode i
         actions = policy(obs, noise)
         t1 = time.perf_counter()
         results = [(i, *envs[i].step(actions[i])) for i in running]
@@ -627,12 +636,12 @@ def rollout_pair(envs: list, policy: PolicyPair, env_seed: int, rng=None, ac_noi
                 running.remove(i)
                 continue
             obs[i] = ob
-            if keep_obs:
+            if kept[i] is not None:
                 kept[i].append(ob)
     if timer is not None:
         timer["policy_us"].append(1e6 * t_policy / sum(steps))
         timer["env_us"].append(1e6 * t_env / sum(steps))
-    return [(total[i], sign_total[i], steps[i], obs_sums(kept[i]) if keep_obs else None) for i in (0, 1)]
+    return [(total[i], sign_total[i], steps[i], None if kept[i] is None else obs_sums(kept[i])) for i in range(n)]
 
 
 def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:
@@ -641,42 +650,70 @@ def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:
     return rng, bool(rng.random() < eval_prob)
 
 
-def run_job(w: dict, task: dict, kind: str, generation: int, k: int) -> tuple:
-    """What a worker computes for one job: a mirrored pair (or one episode) of the population
-    (Eq. 6), a noiseless episode (eval_prob), or an evaluation episode. Scalars and sums only."""
+def run_jobs(w: dict, task: dict, jobs: list) -> list:
+    """What a worker computes for one message of jobs [(kind, generation, k)]: each a mirrored pair
+    (or one episode) of the population (Eq. 6), a noiseless episode (eval_prob), or an evaluation
+    episode. The mirrored pairs among them are stepped together (rollout_lockstep), the rest one by
+    one. Returns [(k, result)], scalars and sums only; a result does not depend on the jobs beside it."""
     spec = (w["sizes"], w["activation"], task["ob_mean"], task["ob_std"], w["act_space"], w["ac_bins"],
             task["ob_clip"])
-    if kind == "eval":  # --eval-every: the noiseless policy on evaluation seeds
-        env_seed = int(stream(w["seed"], EVAL, generation, k).integers(2**31))
-        return rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2]  # (return, length)
-    rng, noiseless = job_kind(w["seed"], generation, k, w["eval_prob"])
-    env_seed = int(rng.integers(2**31))  # both rollouts of a pair share the environment seed
-    if noiseless:
-        return ("noiseless", *rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2])
-    t_job = time.perf_counter()
-    timer = {"policy_us": [], "env_us": []}
-    dim = task["theta"].size
-    idx = w["noise"].sample_index(rng, dim)
-    keep_obs = bool(rng.random() < w["calc_obstat_prob"])
-    t0 = time.perf_counter()
-    eps = w["noise"].get(idx, dim)
-    t1 = time.perf_counter()
-    signs = (1.0, -1.0) if w["mirror"] else (1.0,)
-    thetas = [task["theta"] + (s * w["sigma"]) * eps for s in signs]  # theta +- sigma eps_i
-    t2 = time.perf_counter()
-    training = (rng, w["ac_noise_std"], keep_obs, timer)
-    if w["mirror"]:  # both episodes in lockstep, on a second environment made on the first pair
-        w["env2"] = w.get("env2") or make_env(w["env_id"], w["episode_length"])
-        episodes = rollout_pair([w["env"], w["env2"]], PolicyPair(thetas, *spec), env_seed, *training)
-    else:
-        episodes = [rollout(w["env"], Policy(thetas[0], *spec), env_seed, *training)]
+    results, pairs = [None] * len(jobs), []
+    for i, (kind, generation, k) in enumerate(jobs):
+        if kind == "eval":  # --eval-every: the noiseless policy on evaluation seeds
+            env_seed = int(stream(w["seed"], EVAL, generation, k).integers(2**31))
+            results[i] = rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2]  # (return, length)
+            continue
+        rng, noiseless = job_kind(w["seed"], generation, k, w["eval_prob"])
+        env_seed = int(rng.integers(2**31))  # both rollouts of a pair share the environment seed
+        if noiseless:
+            results[i] = ("noiseless", *rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2])
+            continue
+        t_job = time.perf_counter()
+        dim = task["theta"].size
+        idx = w["noise"].sample_index(rng, dim)
+        keep_obs = bool(rng.random() < w["calc_obstat_prob"])
+        t0 = time.perf_counter()
+        eps = w["noise"].get(idx, dim)
+        t1 = time.perf_counter()
+        signs = (1.0, -1.0) if w["mirror"] else (1.0,)
+        thetas = [task["theta"] + (s * w["sigma"]) * eps for s in signs]  # theta +- sigma eps_i
+        t2 = time.perf_counter()
+        job = dict(i=i, idx=idx, rng=rng, env_seed=env_seed, keep_obs=keep_obs, thetas=thetas,
+                   times=dict(mutation=t2 - t_job, noise=t1 - t0, set_params=t2 - t1))
+        if w["mirror"]:
+            pairs.append(job)  # stepped below, with the other pairs of this message
+            continue
+        timer, t3 = {"policy_us": [], "env_us": []}, time.perf_counter()
+        episode = rollout(w["env"], Policy(thetas[0], *spec), env_seed, rng, w["ac_noise_std"], keep_obs, timer)
+        results[i] = population_result(job, [episode], timer, time.perf_counter() - t3)
+    if pairs:  # the pairs' episodes in lockstep, on as many environments, made on first use
+        w["envs"] = envs = w.get("envs") or [w["env"]]
+        envs += [make_env(w["env_id"], w["episode_length"]) for _ in range(2 * len(pairs) - len(envs))]
+        timer, t3 = {"policy_us": [], "env_us": []}, time.perf_counter()
+        policy = PolicyBatch([theta for job in pairs for theta in job["thetas"]], *spec)  # rows +, -, +, -, ...
+        episodes = rollout_lockstep(envs[:2 * len(pairs)], policy, [j["env_seed"] for j in pairs],
+                                    [j["rng"] for j in pairs], w["ac_noise_std"], [j["keep_obs"] for j in pairs], timer)
+        share = (time.perf_counter() - t3) / len(pairs)  # each pair's share of the lockstep time
+        for p, job in enumerate(pairs):
+            results[job["i"]] = population_result(job, episodes[2 * p:2 * p + 2], timer, share)
+    return [(k, result) for (_, _, k), result in zip(jobs, results)]
+
+
+def population_result(job: dict, episodes: list, timer: dict, rollout_time: float) -> tuple:
+    """A population job's result: its noise index, the returns, sign-sums of rewards and lengths of
+    its episodes, their observation sums (or None), and its timers."""
     ob_sum = ob_sumsq = None
-    if keep_obs:
+    if job["keep_obs"]:
         ob_sum, ob_sumsq = sum(e[3][0] for e in episodes), sum(e[3][1] for e in episodes)
-    times = dict(mutation=time.perf_counter() - t_job, noise=t1 - t0, set_params=t2 - t1,
+    times = dict(job["times"], mutation=job["times"]["mutation"] + rollout_time,
                  policy_us=float(np.mean(timer["policy_us"])), env_us=float(np.mean(timer["env_us"])))
-    return ("pair", idx, [e[0] for e in episodes], [e[1] for e in episodes], [e[2] for e in episodes],
+    return ("pair", job["idx"], [e[0] for e in episodes], [e[1] for e in episodes], [e[2] for e in episodes],
             ob_sum, ob_sumsq, times)
+
+
+def run_job(w: dict, task: dict, kind: str, generation: int, k: int) -> tuple:
+    """One job's result, as run_jobs computes it."""
+    return run_jobs(w, task, [(kind, generation, k)])[0][1]
 
 
 def worker_main(conn, w: dict):
@@ -698,17 +735,17 @@ def worker_main(conn, w: dict):
         if msg[0] == "peek":  # for the tests: read the table at an index, as this process sees it
             conn.send(("peek", msg[1], float(w["noise"].table[msg[1]]), w["noise"].shm.name))
             continue
-        _, task_id, kind, generation, k = msg
+        _, task_id, jobs = msg
         try:
             w["env"] = w.get("env") or make_env(w["env_id"], w["episode_length"])
-            conn.send(("result", task_id, k, run_job(w, task, kind, generation, k)))
+            conn.send(("results", task_id, run_jobs(w, task, jobs)))
         except Exception as e:  # the environment failed: tell the master instead of dying silently
-            conn.send(("error", task_id, k, f"{type(e).__name__}: {e}"))
+            conn.send(("error", task_id, f"{type(e).__name__}: {e}"))
 
 
 class WorkerPool:
     """Worker processes started once per run, after the noise table exists. The master publishes
-    a task, then hands out jobs one at a time to whichever worker is free."""
+    a task, then hands out jobs to whichever worker is free, up to --lockstep at a time."""
 
     def __init__(self, n: int, noise: NoiseTable, args, act_space, sizes: list):
         w = dict(noise=noise, seed=args.seed, env_id=args.env, episode_length=args.episode_length,
@@ -716,7 +753,8 @@ class WorkerPool:
                  sigma=args.sigma, mirror=args.mirror, ac_noise_std=args.ac_noise_std,
                  calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         ctx = mp.get_context("fork")  # workers inherit the shared table and the environment's spaces
-        self.conns, self.procs, self.busy, self.task_id = [], [], set(), 0
+        self.conns, self.procs, self.busy, self.task_id, self.lockstep = [], [], set(), 0, args.lockstep
+        self.workers = n
         self.stale = self.stale_logged = 0  # results of an older task dropped so far, and logged so far
         for _ in range(n):
             parent, child = ctx.Pipe()
@@ -748,20 +786,33 @@ class WorkerPool:
                                "checkpoint with --resume)") from None
         self.busy.discard(conn)
         if msg[0] == "error":
-            raise RuntimeError(f"a rollout failed in a worker: {msg[3]}")
+            raise RuntimeError(f"a rollout failed in a worker: {msg[2]}")
         return msg
 
-    def run(self, task: dict, next_job, done) -> tuple:
+    def next_jobs(self, next_job, results: dict, jobs_left) -> list:
+        """The jobs of one message: a worker steps the pairs among them together. Up to --lockstep,
+        and no more than an even share of jobs_left() over the workers, so that the last messages of
+        a generation keep every worker busy."""
+        size = self.lockstep
+        if jobs_left is not None:
+            size = min(size, max(1, -(-jobs_left() // self.workers)))  # ceil(jobs left / workers)
+        jobs = []
+        while len(jobs) < size and (job := next_job(results)) is not None:
+            jobs.append(job)
+        return jobs
+
+    def run(self, task: dict, next_job, done, jobs_left=None) -> tuple:
         """Hand out next_job() -> (kind, generation, k) or None to free workers until done(results)
-        is true. Returns ({k: result} of this task, number of stale results dropped)."""
+        is true; jobs_left(), if given, counts the jobs still to hand out. Returns ({k: result} of
+        this task, number of stale results dropped)."""
         task_id, results, stale = self.publish(task), {}, 0
         while True:
             for conn in self.conns:
                 if conn not in self.busy:
-                    job = next_job(results)
-                    if job is None:
+                    jobs = self.next_jobs(next_job, results, jobs_left)
+                    if not jobs:
                         break
-                    self.send(conn, ("job", task_id, *job))
+                    self.send(conn, ("jobs", task_id, jobs))
                     self.busy.add(conn)
             if done(results):
                 return results, stale
@@ -770,16 +821,16 @@ class WorkerPool:
             for conn in mp.connection.wait(list(self.busy)):
                 msg = self.receive(conn)
                 if msg[1] != task_id:  # from an older generation: dropped and counted
-                    stale += 1
-                    self.stale += 1
+                    stale += len(msg[2])
+                    self.stale += len(msg[2])
                     continue
-                results[msg[2]] = msg[3]
+                results.update(msg[2])
 
     def evaluate(self, task: dict, generation: int, episodes: range) -> np.ndarray:
         """Returns of the noiseless policy on evaluation episodes `episodes` of this generation."""
         todo = list(episodes)[::-1]
         results, _ = self.run(task, lambda res: ("eval", generation, todo.pop()) if todo else None,
-                              lambda res: len(res) == len(episodes))
+                              lambda res: len(res) == len(episodes), lambda: len(todo))
         return np.array([results[j][0] for j in episodes])
 
     def close(self):
@@ -838,19 +889,19 @@ def stop_ray():
 
 
 class RayWorker:
-    """The Ray actor: run_job on a worker whose noise table is the object store's copy on this
+    """The Ray actor: run_jobs on a worker whose noise table is the object store's copy on this
     node, mapped read-only (zero copy). The task travels by reference with every job and is
     fetched once per publication; an actor that Ray restarted after a crash fetches it again."""
 
     def __init__(self, w: dict, table: np.ndarray):
         self.w, self.task_id, self.task = dict(w, noise=NoiseTable.view(table)), None, None
 
-    def run(self, task_id: int, task: list, kind: str, generation: int, k: int) -> tuple:
+    def run(self, task_id: int, task: list, jobs: list) -> tuple:
         if self.task_id != task_id:
             import ray
             self.task, self.task_id = ray.get(task[0]), task_id  # task = [ref]: a bare ref is fetched per job
         self.w["env"] = self.w.get("env") or make_env(self.w["env_id"], self.w["episode_length"])
-        return "result", task_id, k, run_job(self.w, self.task, kind, generation, k)
+        return "results", task_id, run_jobs(self.w, self.task, jobs)
 
     def peek(self, i: int) -> tuple:
         """(table[i], whether the table is writeable) as this actor sees it: for the tests."""
@@ -872,7 +923,7 @@ class RayPool(WorkerPool):
 
     retries = 3  # restarts per actor, and retries per job, before the run stops with an error
     timeout = 300.0  # seconds without any result (e.g. a lost node and no free CPU to replace it)
-    queued = 2  # jobs queued per actor: the next one is there when the last one ends
+    queued = 2  # messages of jobs queued per actor: the next one is there when the last one ends
 
     def __init__(self, n: int, noise: NoiseTable, args, act_space, sizes: list):
         self.ray = ray = start_ray()
@@ -885,7 +936,7 @@ class RayPool(WorkerPool):
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayWorker)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(w, table) for _ in range(n)]
         self.inflight, self.load = {}, [0] * n  # {result ref: (its actor, its task)}, jobs queued per actor
-        self.task_id, self.task = 0, None
+        self.task_id, self.task, self.lockstep, self.workers = 0, None, args.lockstep, n
         self.stale = self.stale_logged = 0
 
     def publish(self, task: dict) -> int:
@@ -904,17 +955,17 @@ class RayPool(WorkerPool):
         except ray.exceptions.RayTaskError as e:
             raise RuntimeError(f"a rollout failed in a Ray worker: {type(e.cause).__name__}: {e.cause}") from None
 
-    def run(self, task: dict, next_job, done) -> tuple:
-        """Same as WorkerPool.run, with `queued` jobs per actor."""
+    def run(self, task: dict, next_job, done, jobs_left=None) -> tuple:
+        """Same as WorkerPool.run, with `queued` messages per actor."""
         task_id, results, stale = self.publish(task), {}, 0
         while True:
             for i, actor in enumerate(self.actors):
                 while self.load[i] < self.queued:
-                    job = next_job(results)
-                    if job is None:
+                    jobs = self.next_jobs(next_job, results, jobs_left)
+                    if not jobs:
                         break
                     # the task stays referenced while a job that names it may still be run again
-                    self.inflight[actor.run.remote(task_id, self.task, *job)] = i, self.task
+                    self.inflight[actor.run.remote(task_id, self.task, jobs)] = i, self.task
                     self.load[i] += 1
             if done(results):
                 return results, stale
@@ -927,10 +978,10 @@ class RayPool(WorkerPool):
             self.load[self.inflight.pop(ready[0])[0]] -= 1
             msg = self.receive(ready[0])
             if msg[1] != task_id:  # from an older generation: dropped and counted
-                stale += 1
-                self.stale += 1
+                stale += len(msg[2])
+                self.stale += len(msg[2])
                 continue
-            results[msg[2]] = msg[3]
+            results.update(msg[2])
 
     def close(self):
         for actor in self.actors:
@@ -959,6 +1010,11 @@ class Generation:
         if not job_kind(self.seed, self.generation, k, self.args.eval_prob)[1]:
             self.handed_episodes += 2 if self.args.mirror else 1
         return "train", self.generation, k
+
+    def jobs_left(self) -> int:
+        """Population jobs not handed out yet (noiseless ones and --min-timesteps aside)."""
+        per_job = 2 if self.args.mirror else 1
+        return max(0, -(-(self.args.population - self.handed_episodes) // per_job))
 
     @staticmethod
     def steps(result) -> int:
@@ -1156,7 +1212,7 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
     shape the returns, estimate g, take the optimizer step, then merge the observation sums."""
     t0, stale_before = time.time(), pool.stale_logged
     gen = Generation(args.seed, state["iteration"], args)
-    results, _ = pool.run(task_of(state, args), gen.next_job, gen.done)
+    results, _ = pool.run(task_of(state, args), gen.next_job, gen.done, gen.jobs_left)
     stale = pool.stale - stale_before  # including those that came back during the last evaluation
     pool.stale_logged = pool.stale
     accepted = [results[k] for k in range(gen.closed_at)]
@@ -1432,7 +1488,7 @@ def write_gif(args, policy: Policy) -> str:
 
 # Flags that may be given again with --resume: they steer the run (or, alpha and sigma, rescue a
 # diverged one); every other option keeps its saved value.
-RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "sigma")
+RESUME_OVERRIDES = ("workers", "lockstep", "iterations", "target_return", "save_every", "alpha", "sigma")
 
 
 def main(argv=None):

@@ -159,28 +159,33 @@ def test_policy_normalizes_clips_and_maps_bins_to_bounds():
     (gym.spaces.Box(np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)), 0),
     (gym.spaces.Box(np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)), 4),
     (gym.spaces.Discrete(5), 0)], ids=["continuous", "bins", "discrete"])
-def test_the_batched_pair_forward_equals_two_policy_calls(activation, space, bins):
+def test_the_batched_forward_equals_one_policy_call_per_row(activation, space, bins):
     rng = np.random.default_rng(0)
     sizes = eo.layer_sizes(7, [16, 16], space, bins)
-    thetas = [rng.standard_normal(eo.n_params(sizes)).astype(np.float32) for _ in range(2)]
+    thetas = [rng.standard_normal(eo.n_params(sizes)).astype(np.float32) for _ in range(6)]  # 3 pairs
     ob_mean, ob_std = rng.standard_normal(7), rng.uniform(0.5, 2.0, 7)
     for ob_clip in (True, False):
         spec = (sizes, activation, ob_mean, ob_std, space, bins, ob_clip)
-        plus, minus, pair = eo.Policy(thetas[0], *spec), eo.Policy(thetas[1], *spec), eo.PolicyPair(thetas, *spec)
+        singles, batch = [eo.Policy(t, *spec) for t in thetas], eo.PolicyBatch(thetas, *spec)
+        pairs = [eo.PolicyBatch(thetas[i:i + 2], *spec) for i in (0, 2, 4)]
         for _ in range(20):
-            obs = [4 * rng.standard_normal(7) for _ in range(2)]  # often past the clip at +-5 once normalized
-            noise = None if hasattr(space, "n") else 0.3 * rng.standard_normal((2, 3))  # (2, adim)
-            rows = (None, None) if noise is None else noise
-            both, one_by_one = pair(obs, noise), [plus(obs[0], rows[0]), minus(obs[1], rows[1])]
+            obs = [4 * rng.standard_normal(7) for _ in range(6)]  # often past the clip at +-5 once normalized
+            noise = None if hasattr(space, "n") else 0.3 * rng.standard_normal((6, 3))  # (6, adim)
+            rows = [None] * 6 if noise is None else noise
+            together, one_by_one = batch(obs, noise), [p(o, r) for p, o, r in zip(singles, obs, rows)]
             if bins or noise is None:  # argmax-based: exactly the same actions
-                np.testing.assert_array_equal(both, one_by_one)
+                np.testing.assert_array_equal(together, one_by_one)
             else:
-                np.testing.assert_allclose(both, one_by_one, rtol=1e-12, atol=0)
+                np.testing.assert_allclose(together, one_by_one, rtol=1e-12, atol=0)
+            # a row does not depend on the rows beside it: --lockstep cannot change a run
+            by_pair = np.concatenate([np.reshape(p(obs[i:i + 2], None if noise is None else noise[i:i + 2]), (2, -1))
+                                      for p, i in zip(pairs, (0, 2, 4))])
+            np.testing.assert_array_equal(np.reshape(together, (6, -1)), by_pair)
 
 
 @pytest.mark.parametrize("env_id, extra", [("CartPole-v1", {}), ("Pendulum-v1", {"ac_noise_std": 0.0}),
                                            ("Pendulum-v1", {"ac_noise_std": 0.0, "ac_bins": 5})])
-def test_a_lockstep_pair_job_equals_its_two_episodes_one_after_the_other(env_id, extra):
+def test_a_mirrored_pair_job_equals_its_two_episodes_one_after_the_other(env_id, extra):
     args = config(**{**TINY, "env": env_id, "sigma": 0.5, "calc_obstat_prob": 1.0, **extra})
     obs_dim, act_space = eo.check_env(args)
     sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
@@ -210,6 +215,38 @@ def test_a_lockstep_pair_job_equals_its_two_episodes_one_after_the_other(env_id,
     finally:
         table.close()
     assert env_id != "CartPole-v1" or unequal  # one episode of a pair went on alone after the other ended
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_jobs_stepped_together_give_what_each_job_gives_alone(env_id):
+    # one message of pairs (some recording observations, Pendulum with action noise), noiseless
+    # episodes and an evaluation: every result has the bits of the job run alone
+    args = config(**{**TINY, "env": env_id, "sigma": 0.5})
+    obs_dim, act_space = eo.check_env(args)
+    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
+    table = eo.NoiseTable(100_000, 123)
+    w = dict(noise=table, seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
+             activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma, mirror=True,
+             ac_noise_std=0.0 if env_id == "CartPole-v1" else 0.3, calc_obstat_prob=0.5, eval_prob=0.25,
+             env=eo.make_env(args.env, args.episode_length))
+    alone = dict(w, env=eo.make_env(args.env, args.episode_length))
+    theta = eo.normc_init(sizes, np.random.default_rng(1))
+    task = {"theta": theta, "ob_mean": np.zeros(obs_dim), "ob_std": np.full(obs_dim, 0.5), "ob_clip": True}
+    jobs = [("train", 3, k) for k in range(8)] + [("eval", 3, 0)]
+    try:
+        together = eo.run_jobs(w, task, jobs)
+        kinds = [r[0] for _, r in together]
+        assert [k for k, _ in together] == [job[2] for job in jobs]
+        assert "noiseless" in kinds and kinds.count("pair") >= 4
+        assert any(r[5] is not None for _, r in together if r[0] == "pair")  # some pairs recorded observations
+        for (kind, generation, k), (_, result) in zip(jobs, together):
+            single = eo.run_job(alone, task, kind, generation, k)
+            if result[0] == "pair":  # the timers differ, all the rest is the same bits
+                result, single = result[:-1], single[:-1]
+            for a, b in zip(result, single):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        table.close()
 
 
 def test_elu_is_a_real_elu_and_lrelu_leaks():
@@ -259,7 +296,7 @@ def test_the_noise_table_is_one_shared_copy():
 
 @FORK_ONLY
 def test_results_of_an_older_generation_are_dropped_and_counted():
-    args = config(**{**TINY, "workers": 2})
+    args = config(**{**TINY, "workers": 2, "lockstep": 1})  # one job per message: one for each worker
     table = eo.NoiseTable(100_000, 123)
     pool, sizes = pool_for(args, table)
     try:
@@ -280,8 +317,10 @@ def test_results_of_an_older_generation_are_dropped_and_counted():
 def test_a_generation_closes_at_the_shortest_finished_prefix():
     args = config(**{**TINY, "population": 4})
     gen = eo.Generation(0, 0, args)
+    assert gen.jobs_left() == 2
     jobs = [gen.next_job({}) for _ in range(3)]
     assert [j[2] for j in jobs[:2]] == [0, 1] and jobs[2] is None  # 2 pairs = 4 episodes, no more
+    assert gen.jobs_left() == 0
     pair = ("pair", 0, [1.0, 2.0], [0.0, 0.0], [10, 10], None, None, {})
     assert not gen.done({1: pair})  # job 0 is not back: the prefix is not finished
     assert gen.done({0: pair, 1: pair}) and gen.closed_at == 2
@@ -322,6 +361,11 @@ def test_same_seed_gives_identical_results_with_any_worker_count(tmp_path):
     two = run(tmp_path / "two", workers=2, min_timesteps=200, eval_prob=0.2)
     np.testing.assert_array_equal(one["theta"], two["theta"])
     assert one["env_steps"] == two["env_steps"] and one["episodes"] == two["episodes"]
+    for workers, lockstep in ((1, 1), (2, 3)):  # pairs stepped one at a time, or three together
+        same = run(tmp_path / f"lockstep{lockstep}", workers=workers, lockstep=lockstep, min_timesteps=200,
+                   eval_prob=0.2)
+        np.testing.assert_array_equal(one["theta"], same["theta"])
+        assert one["env_steps"] == same["env_steps"] and one["episodes"] == same["episodes"]
     other = run(tmp_path / "other", workers=1, min_timesteps=200, eval_prob=0.2, seed=1)
     assert not np.array_equal(one["theta"], other["theta"])
 
@@ -419,6 +463,7 @@ def test_every_pair_of_option_values_runs(tmp_path):
     (["--env", "Pendulum-v1", "--hidden", "64,x"], "--hidden takes sizes"),
     (["--env", "Pendulum-v1", "--hidden", "0"], "--hidden sizes must be at least 1"),
     (["--env", "Pendulum-v1", "--workers", "0"], "--workers"),
+    (["--env", "Pendulum-v1", "--lockstep", "0"], "--lockstep must be at least 1"),
     (["--env", "Pendulum-v1", "--fitness", "best"], "invalid choice"),
     (["--env", "HalfCheetah-v9"], "did you mean HalfCheetah-v5"),
     (["--env", "Blackjack-v1"], "observations must be a flat Box"),

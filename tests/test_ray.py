@@ -197,10 +197,10 @@ def test_es_survives_a_killed_worker_with_the_same_results(cluster, tmp_path, mo
     expected = eo.train(parse(eo, **ES_TINY, workers=1, out_dir=tmp_path / "local"))
     real_run = eo.RayPool.run
 
-    def run_with_a_crash(self, task, next_job, done):
+    def run_with_a_crash(self, task, next_job, done, jobs_left=None):
         if self.task_id == 0:  # during the first generation
             kill_one_actor_soon(self, 0.05)
-        return real_run(self, task, next_job, done)
+        return real_run(self, task, next_job, done, jobs_left)
 
     monkeypatch.setattr(eo.RayPool, "run", run_with_a_crash)
     got = eo.train(parse(eo, **ES_TINY, workers=2, ray=True, out_dir=tmp_path / "ray"))

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 from replay import measure  # noqa: E402
 
 
-def es_training(env_id: str, workers: int, iterations: int, population: int) -> tuple:
+def es_training(env_id: str, workers: int, iterations: int, population: int, extra: list) -> tuple:
     """Per generation of es_openai.py: (training episodes, env steps, seconds: rollouts and
     update, evaluation excluded); and the workers' mean per-step policy and env.step times in
     microseconds over the generations after the first."""
@@ -31,7 +31,7 @@ def es_training(env_id: str, workers: int, iterations: int, population: int) -> 
         args = eo.resolve_config(eo.build_parser().parse_args(
             ["--env", env_id, "--iterations", str(iterations), "--population", str(population),
              "--workers", str(workers), "--eval-every", str(10**6), "--eval-episodes", "1",
-             "--noise-size", "10000000", "--out-dir", out]))
+             "--noise-size", "10000000", "--out-dir", out, *extra]))
         devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
         try:
             eo.train(args)
@@ -52,11 +52,13 @@ def main():
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--population", type=int, default=40)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--lockstep", type=int, help="es_openai.py's --lockstep (default: its own default)")
     a = p.parse_args()
     costs = []
 
     def training(workers: int) -> list:
-        gens, policy_us, env_us = es_training(a.env, workers, a.iterations, a.population)
+        gens, policy_us, env_us = es_training(a.env, workers, a.iterations, a.population,
+                                               [] if a.lockstep is None else ["--lockstep", str(a.lockstep)])
         if workers == 1:
             rate = sum(n for _, n, _ in gens[1:]) / sum(t for _, _, t in gens[1:])
             costs.append((policy_us, env_us, env_us / (1e6 / rate)))
