@@ -104,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--noise-seed", type=int, default=123, help="seed of the noise table (paper 123)")
     a("--episode-length", type=int, help="steps per episode (default: the env's time limit)")
     a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
-    a("--lockstep", type=int, default=2, help="mirrored pairs a worker steps together, one policy call per "
-      "step for all their episodes (typ. 1-4; speed only, the results do not change)")
+    a("--lockstep", type=int, default=4, metavar="P", help="P, mirrored pairs a worker steps together, one "
+      "policy call per step for all 2P episodes (typ. 1-4; speed only, the results do not change)")
     a("--out-dir", default="runs", help="where run directories are created")
     a("--eval-every", type=int, help="evaluate the noiseless policy every K generations (preset)")
     a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
@@ -476,8 +476,7 @@ class PolicyBatch(Policy):
         """Policy.__call__ on every row: normalize (Eq. 9), the MLP, the action of Eq. (11). obs: the
         B observations; noise: (B, adim) or None. Returns (B, adim) actions, or B ints (Discrete)."""
         v = self.x0  # (B (obs_dim + 1),)
-        for row, ob in zip(self.obs, obs):
-            row[:] = ob
+        self.obs[:] = obs  # one call for all rows
         np.multiply(v, self.ob_inv_std, out=v)  # Eq. (9): clip((o - mean) / std, -5, 5), all rows at once
         np.add(v, self.ob_shift, out=v)
         np.maximum(v, self.clip_low, out=v)
