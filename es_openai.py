@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--episode-length", type=int, help="steps per episode (default: the env's time limit)")
     a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
     a("--lockstep", type=int, default=4, metavar="P", help="P, mirrored pairs a worker steps together, one "
-      "policy call per step for all 2P episodes (typ. 1-4; speed only, the results do not change)")
+      "policy call per step for all 2P episodes (typ. 1-4; speed only: the results do not change, "
+      "except on environments that carry state between episodes, such as BipedalWalker-v3)")
     a("--out-dir", default="runs", help="where run directories are created")
     a("--eval-every", type=int, help="evaluate the noiseless policy every K generations (preset)")
     a("--eval-episodes", type=int, help="episodes per evaluation (preset)")
@@ -667,23 +668,13 @@ def run_jobs(w: dict, task: dict, jobs: list) -> list:
         if noiseless:
             results[i] = ("noiseless", *rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2])
             continue
-        t_job = time.perf_counter()
-        dim = task["theta"].size
-        idx = w["noise"].sample_index(rng, dim)
-        keep_obs = bool(rng.random() < w["calc_obstat_prob"])
-        t0 = time.perf_counter()
-        eps = w["noise"].get(idx, dim)
-        t1 = time.perf_counter()
-        signs = (1.0, -1.0) if w["mirror"] else (1.0,)
-        thetas = [task["theta"] + (s * w["sigma"]) * eps for s in signs]  # theta +- sigma eps_i
-        t2 = time.perf_counter()
-        job = dict(i=i, idx=idx, rng=rng, env_seed=env_seed, keep_obs=keep_obs, thetas=thetas,
-                   times=dict(mutation=t2 - t_job, noise=t1 - t0, set_params=t2 - t1))
+        job = dict(perturb(w, task, rng), i=i, rng=rng, env_seed=env_seed)
         if w["mirror"]:
             pairs.append(job)  # stepped below, with the other pairs of this message
             continue
         timer, t3 = {"policy_us": [], "env_us": []}, time.perf_counter()
-        episode = rollout(w["env"], Policy(thetas[0], *spec), env_seed, rng, w["ac_noise_std"], keep_obs, timer)
+        episode = rollout(w["env"], Policy(job["thetas"][0], *spec), env_seed, rng, w["ac_noise_std"],
+                          job["keep_obs"], timer)
         results[i] = population_result(job, [episode], timer, time.perf_counter() - t3)
     if pairs:  # the pairs' episodes in lockstep, on as many environments, made on first use
         w["envs"] = envs = w.get("envs") or [w["env"]]
@@ -698,6 +689,23 @@ def run_jobs(w: dict, task: dict, jobs: list) -> list:
     return [(k, result) for (_, _, k), result in zip(jobs, results)]
 
 
+def perturb(w: dict, task: dict, rng) -> dict:
+    """A population job's draws after its environment seed: the noise index i, whether it records
+    observations, and theta +- sigma eps_i (theta + sigma eps_i alone without mirroring), timed."""
+    t_job = time.perf_counter()
+    dim = task["theta"].size
+    idx = w["noise"].sample_index(rng, dim)
+    keep_obs = bool(rng.random() < w["calc_obstat_prob"])
+    t0 = time.perf_counter()
+    eps = w["noise"].get(idx, dim)
+    t1 = time.perf_counter()
+    signs = (1.0, -1.0) if w["mirror"] else (1.0,)
+    thetas = [task["theta"] + (s * w["sigma"]) * eps for s in signs]  # theta +- sigma eps_i
+    t2 = time.perf_counter()
+    return dict(idx=idx, keep_obs=keep_obs, thetas=thetas,
+                times=dict(mutation=t2 - t_job, noise=t1 - t0, set_params=t2 - t1))
+
+
 def population_result(job: dict, episodes: list, timer: dict, rollout_time: float) -> tuple:
     """A population job's result: its noise index, the returns, sign-sums of rewards and lengths of
     its episodes, their observation sums (or None), and its timers."""
@@ -708,11 +716,6 @@ def population_result(job: dict, episodes: list, timer: dict, rollout_time: floa
                  policy_us=float(np.mean(timer["policy_us"])), env_us=float(np.mean(timer["env_us"])))
     return ("pair", job["idx"], [e[0] for e in episodes], [e[1] for e in episodes], [e[2] for e in episodes],
             ob_sum, ob_sumsq, times)
-
-
-def run_job(w: dict, task: dict, kind: str, generation: int, k: int) -> tuple:
-    """One job's result, as run_jobs computes it."""
-    return run_jobs(w, task, [(kind, generation, k)])[0][1]
 
 
 def worker_main(conn, w: dict):
@@ -753,7 +756,6 @@ class WorkerPool:
                  calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         ctx = mp.get_context("fork")  # workers inherit the shared table and the environment's spaces
         self.conns, self.procs, self.busy, self.task_id, self.lockstep = [], [], set(), 0, args.lockstep
-        self.workers = n
         self.stale = self.stale_logged = 0  # results of an older task dropped so far, and logged so far
         for _ in range(n):
             parent, child = ctx.Pipe()
@@ -788,13 +790,24 @@ class WorkerPool:
             raise RuntimeError(f"a rollout failed in a worker: {msg[2]}")
         return msg
 
+    def workers(self) -> int:
+        return len(self.conns)
+
+    def collect(self, msg: tuple, task_id: int, results: dict) -> int:
+        """Adds a message's results of this task to results; returns how many were stale (dropped)."""
+        if msg[1] != task_id:  # from an older generation: dropped and counted
+            self.stale += len(msg[2])
+            return len(msg[2])
+        results.update(msg[2])
+        return 0
+
     def next_jobs(self, next_job, results: dict, jobs_left) -> list:
         """The jobs of one message: a worker steps the pairs among them together. Up to --lockstep,
         and no more than an even share of jobs_left() over the workers, so that the last messages of
         a generation keep every worker busy."""
         size = self.lockstep
         if jobs_left is not None:
-            size = min(size, max(1, -(-jobs_left() // self.workers)))  # ceil(jobs left / workers)
+            size = min(size, max(1, -(-jobs_left() // self.workers())))  # ceil(jobs left / workers)
         jobs = []
         while len(jobs) < size and (job := next_job(results)) is not None:
             jobs.append(job)
@@ -818,12 +831,7 @@ class WorkerPool:
             if not self.busy:
                 raise RuntimeError("no job left to hand out before the generation closed")
             for conn in mp.connection.wait(list(self.busy)):
-                msg = self.receive(conn)
-                if msg[1] != task_id:  # from an older generation: dropped and counted
-                    stale += len(msg[2])
-                    self.stale += len(msg[2])
-                    continue
-                results.update(msg[2])
+                stale += self.collect(self.receive(conn), task_id, results)
 
     def evaluate(self, task: dict, generation: int, episodes: range) -> np.ndarray:
         """Returns of the noiseless policy on evaluation episodes `episodes` of this generation."""
@@ -935,8 +943,11 @@ class RayPool(WorkerPool):
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayWorker)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(w, table) for _ in range(n)]
         self.inflight, self.load = {}, [0] * n  # {result ref: (its actor, its task)}, jobs queued per actor
-        self.task_id, self.task, self.lockstep, self.workers = 0, None, args.lockstep, n
+        self.task_id, self.task, self.lockstep = 0, None, args.lockstep
         self.stale = self.stale_logged = 0
+
+    def workers(self) -> int:
+        return len(self.actors)
 
     def publish(self, task: dict) -> int:
         self.task_id += 1
@@ -975,12 +986,7 @@ class RayPool(WorkerPool):
                 raise RuntimeError(f"no result from the Ray workers in {self.timeout:.0f} s (a node lost and no "
                                    "free CPU to restart its workers?); resume with --resume")
             self.load[self.inflight.pop(ready[0])[0]] -= 1
-            msg = self.receive(ready[0])
-            if msg[1] != task_id:  # from an older generation: dropped and counted
-                stale += len(msg[2])
-                self.stale += len(msg[2])
-                continue
-            results.update(msg[2])
+            stale += self.collect(self.receive(ready[0]), task_id, results)
 
     def close(self):
         for actor in self.actors:

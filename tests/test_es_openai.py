@@ -199,7 +199,7 @@ def test_a_mirrored_pair_job_equals_its_two_episodes_one_after_the_other(env_id,
     env, unequal = eo.make_env(args.env, args.episode_length), 0
     try:
         for k in range(6):
-            _, idx, returns, signs, lengths, ob_sum, ob_sumsq, times = eo.run_job(w, task, "train", 0, k)
+            _, idx, returns, signs, lengths, ob_sum, ob_sumsq, times = eo.run_jobs(w, task, [("train", 0, k)])[0][1]
             rng, _ = eo.job_kind(args.seed, 0, k, 0.0)
             env_seed = int(rng.integers(2**31))
             assert idx == table.sample_index(rng, theta.size)
@@ -240,7 +240,7 @@ def test_jobs_stepped_together_give_what_each_job_gives_alone(env_id):
         assert "noiseless" in kinds and kinds.count("pair") >= 4
         assert any(r[5] is not None for _, r in together if r[0] == "pair")  # some pairs recorded observations
         for (kind, generation, k), (_, result) in zip(jobs, together):
-            single = eo.run_job(alone, task, kind, generation, k)
+            single = eo.run_jobs(alone, task, [(kind, generation, k)])[0][1]
             if result[0] == "pair":  # the timers differ, all the rest is the same bits
                 result, single = result[:-1], single[:-1]
             for a, b in zip(result, single):
