@@ -257,6 +257,18 @@ def make_env(env_id: str, episode_length, render: bool = False):
     return gym.make(env_id, **kw)
 
 
+def reset_env(env, seed: int):
+    """env.reset(seed=seed), giving the same episode whatever the environment ran before.
+    gymnasium's BipedalWalker keeps one Box2D world for all its episodes, and what that world keeps
+    from earlier episodes can change the next one (tested), so one seed could give two episodes on
+    two workers; it gets a fresh world first, as LunarLander's own reset does."""
+    walker = env.unwrapped
+    if type(walker).__name__ == "BipedalWalker" and walker.terrain:  # not before its first reset
+        walker._destroy()  # the bodies leave the old world; then BipedalWalker.__init__'s b2World()
+        walker.world = type(walker.world)()
+    return env.reset(seed=seed)
+
+
 def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed: int,
             shift: float = 0.0, reward_clip: float = 0.0, keep_obs: bool = False, frames=None):
     """One episode of a = clip(M (x - mu) / sigma) (Eq. 2). Returns (return, shaped return,
@@ -266,7 +278,7 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     c = -W @ mu
     low, high = env.action_space.low, env.action_space.high
     dot, add, maximum, minimum, step = np.dot, np.add, np.maximum, np.minimum, env.step  # looked up once
-    x, _ = env.reset(seed=env_seed)  # both rollouts of a pair share env_seed (the official code does not)
+    x, _ = reset_env(env, env_seed)  # both rollouts of a pair share env_seed (the official code does not)
     observed = [x] if keep_obs else None
     total, shaped, steps = 0.0, 0.0, 0
     while True:

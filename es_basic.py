@@ -226,11 +226,23 @@ def to_action(y: np.ndarray, space):
     return space.low + (np.tanh(y) + 1.0) * 0.5 * (space.high - space.low)
 
 
+def reset_env(env, seed: int):
+    """env.reset(seed=seed), giving the same episode whatever the environment ran before.
+    gymnasium's BipedalWalker keeps one Box2D world for all its episodes, and what that world keeps
+    from earlier episodes can change the next one (tested), so one seed could give two episodes on
+    two workers; it gets a fresh world first, as LunarLander's own reset does."""
+    walker = env.unwrapped
+    if type(walker).__name__ == "BipedalWalker" and walker.terrain:  # not before its first reset
+        walker._destroy()  # the bodies leave the old world; then BipedalWalker.__init__'s b2World()
+        walker.world = type(walker.world)()
+    return env.reset(seed=seed)
+
+
 def rollout(env, theta: np.ndarray, sizes: list, activation, env_seed: int, frames=None) -> tuple:
     """One episode of the policy theta. Returns (return, length)."""
     layers = unflatten(theta, sizes)
     act = np.tanh if activation == "tanh" else (lambda z: np.maximum(z, 0.0))
-    obs, _ = env.reset(seed=env_seed)
+    obs, _ = reset_env(env, env_seed)
     total, steps, done = 0.0, 0, False
     while not done:
         obs, r, terminated, truncated, _ = env.step(to_action(policy_output(layers, obs, act), env.action_space))

@@ -559,6 +559,18 @@ def make_env(env_id: str, episode_length, render: bool = False):
     return gym.make(env_id, **kw)
 
 
+def reset_env(env, seed: int):
+    """env.reset(seed=seed), giving the same episode whatever the environment ran before.
+    gymnasium's BipedalWalker keeps one Box2D world for all its episodes, and what that world keeps
+    from earlier episodes can change the next one (tested), so one seed could give two episodes on
+    two workers; it gets a fresh world first, as LunarLander's own reset does."""
+    walker = env.unwrapped
+    if type(walker).__name__ == "BipedalWalker" and walker.terrain:  # not before its first reset
+        walker._destroy()  # the bodies leave the old world; then BipedalWalker.__init__'s b2World()
+        walker.world = type(walker.world)()
+    return env.reset(seed=seed)
+
+
 # ----------------------------------------------------------------------------------------------
 # Rollouts and the workers
 # ----------------------------------------------------------------------------------------------
@@ -566,7 +578,7 @@ def make_env(env_id: str, episode_length, render: bool = False):
 def rollout(env, policy: Policy, env_seed: int, rng=None, ac_noise_std: float = 0.0, keep_obs: bool = False,
             timer: dict = None, frames=None) -> tuple:
     """One episode. Returns (return, sum of sign(r_t), length, (obs sum, obs sum of squares) or None)."""
-    ob, _ = env.reset(seed=env_seed)
+    ob, _ = reset_env(env, env_seed)
     total, sign_total, steps = 0.0, 0.0, 0
     obs = [ob] if keep_obs else None
     noisy = rng is not None and ac_noise_std > 0
@@ -611,7 +623,7 @@ def rollout_lockstep(envs: list, policy: PolicyBatch, env_seeds: list, rngs: lis
     Returns rollout's tuple for each episode, the same bits as each pair run alone. The timers
     split each call's time evenly over the env steps it served: policy_us and env_us are the
     totals over all the episodes' env steps."""
-    obs = [env.reset(seed=env_seeds[i // 2])[0] for i, env in enumerate(envs)]  # what the policy acts on next
+    obs = [reset_env(env, env_seeds[i // 2])[0] for i, env in enumerate(envs)]  # what the policy acts on next
     n = len(envs)
     total, sign_total, steps, running = [0.0] * n, [0.0] * n, [0] * n, list(range(n))
     kept = [[ob] if keep_obs and keep_obs[i // 2] else None for i, ob in enumerate(obs)]
