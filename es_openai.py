@@ -105,8 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--episode-length", type=int, help="steps per episode (default: the env's time limit)")
     a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
     a("--lockstep", type=int, default=4, metavar="P", help="P, mirrored pairs a worker steps together, one "
-      "policy call per step for all 2P episodes (typ. 1-4; speed only: the results do not change, "
-      "except on environments that carry state between episodes, such as BipedalWalker-v3)")
+      "policy call per step for all 2P episodes (typ. 1-4; speed only: the results do not change)")
     a("--out-dir", default="runs", help="where run directories are created")
     a("--eval-every", type=int, help="evaluate the noiseless policy every K generations (preset)")
     a("--eval-episodes", type=int, help="episodes per evaluation (preset)")

@@ -153,6 +153,16 @@ def test_same_seed_gives_identical_results_with_any_worker_count(tmp_path):
     assert not np.allclose(one["M"], run(tmp_path / "c", seed=6)["M"])
 
 
+@FORK_ONLY
+def test_bipedalwalker_runs_are_identical_with_any_worker_count(tmp_path):
+    # With a plain env.reset these two runs differed (and so did two runs on 2 workers).
+    kw = dict(env="BipedalWalker-v3", iterations=3, n_directions=6, top_b=3, eval_every=3, eval_episodes=2,
+              episode_length=300, seed=1)
+    one, two = run(tmp_path / "a", workers=1, **kw), run(tmp_path / "b", workers=2, **kw)
+    np.testing.assert_array_equal(one["M"], two["M"])
+    assert one["env_steps"] == two["env_steps"]
+
+
 def test_resume_equals_an_uninterrupted_run(tmp_path):
     full = run(tmp_path / "full", iterations=6)
     half = run(tmp_path / "half", iterations=3)

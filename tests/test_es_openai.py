@@ -370,6 +370,16 @@ def test_same_seed_gives_identical_results_with_any_worker_count(tmp_path):
     assert not np.array_equal(one["theta"], other["theta"])
 
 
+@FORK_ONLY
+def test_bipedalwalker_runs_are_identical_with_any_worker_count_and_lockstep(tmp_path):
+    # With a plain env.reset, which environment object played which episode before changed the run.
+    kw = dict(env="BipedalWalker-v3", population=8, episode_length=300, eval_every=3, seed=2)
+    one = run(tmp_path / "one", workers=1, lockstep=1, **kw)
+    two = run(tmp_path / "two", workers=2, lockstep=3, **kw)
+    np.testing.assert_array_equal(one["theta"], two["theta"])
+    assert one["env_steps"] == two["env_steps"]
+
+
 def test_resume_equals_an_uninterrupted_run(tmp_path):
     full = run(tmp_path / "full", iterations=6, calc_obstat_prob=0.5)
     half = run(tmp_path / "half", iterations=3, calc_obstat_prob=0.5)
