@@ -26,6 +26,10 @@ tens of percent between repetitions. `measure` reports both:
   only ever slows a run down, so the fastest of several runs of the same work is the best
   estimate of its cost), and rates are summed over the iterations. The same episodes and the
   same iterations are compared, so the per-core ratio compares like with like.
+- paired: the training with 1 worker is run once more with a bare loop replaying the same
+  episodes on the other core at the same time (`beside`), and the ratio is taken between the two
+  rates of those same seconds. Whatever the host does to both cores at once cancels out of the
+  ratio; what it does to one core alone does not, and the two loops share the processor's caches.
 """
 import contextlib
 import glob
@@ -160,6 +164,47 @@ def replay_groups(module, env_id: str, folder: str, sizes: list) -> list:
     return seconds
 
 
+def _replay_beside(module_name: str, env_id: str, folder: str, skip: int, stop, queue):
+    """Replay the recorded episodes (from episode skip on) over and over until stop is set; put
+    on queue the (time, steps so far) after each episode."""
+    episodes = load_episodes(folder, skip=skip)
+    env = importlib.import_module(module_name).make_env(env_id, None)
+    marks, steps = [(time.perf_counter(), 0)], 0
+    while not stop.is_set():
+        for seed, actions, _ in episodes:
+            env.reset(seed=seed)
+            for a in actions:
+                env.step(a)
+            steps += len(actions)
+            marks.append((time.perf_counter(), steps))
+            if stop.is_set():
+                break
+    env.close()
+    queue.put(marks)
+
+
+def beside(module, env_id: str, folder: str, skip: int, run):
+    """Call run() while a bare loop replays the recorded episodes on the other core; returns what
+    run() returns and the bare loop's steps per second over the same seconds (time.perf_counter
+    is one clock for all processes on Linux)."""
+    ctx = mp.get_context("fork")
+    stop, queue = ctx.Event(), ctx.Queue()
+    loop = ctx.Process(target=_replay_beside, args=(module.__name__, env_id, folder, skip, stop, queue))
+    loop.start()
+    time.sleep(0.5)  # the loop's environment is made and stepping before the run starts
+    t0 = time.perf_counter()
+    try:
+        out = run()
+    finally:
+        t1 = time.perf_counter()
+        stop.set()
+        marks = queue.get()
+        loop.join()
+    inside = [(t, n) for t, n in marks if t0 <= t <= t1]
+    (ta, na), (tb, nb) = inside[0], inside[-1]
+    return out, (nb - na) / (tb - ta)
+
+
 def measure(module, script: str, env_id: str, train, repeats: int, random_episodes: int) -> dict:
     """Print the throughput table. train(workers) runs a training and returns, per iteration,
     (episodes, env steps, seconds of its training part); the first iteration, which also creates
@@ -179,8 +224,8 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
               f"{mismatches} replayed episodes differ from the training's return\n")
         print(f"| repetition | bare loop, training's episodes (1 core) | {script}, 1 worker | per-core ratio | "
               f"{script}, 2 workers | speed-up 1 -> 2 | bare loop on 2 processes | its speed-up 1 -> 2 | "
-              "bare loop, random actions |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              f"bare loop, random actions | paired: {script}, 1 worker | bare loop beside it | paired ratio |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         n = steps[1:].sum()
         runs = {"bare": [], "one": [], "two": []}
         rows = []
@@ -190,17 +235,22 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
             runs["two"].append([t for _, _, t in train(2)][1:])
             bare2 = replay_parallel(module, env_id, folder, 2, skip=sizes[0])
             rand = random_loop(module, env_id, random_episodes)
+            paired, bare_beside = beside(module, env_id, folder, sizes[0], lambda: train(1))
+            one_paired = n / sum(t for _, _, t in paired[1:])
             bare, one, two = (n / sum(runs[k][-1]) for k in ("bare", "one", "two"))
-            rows.append((bare, one, one / bare, two, two / one, bare2, bare2 / bare, rand))
+            rows.append((bare, one, one / bare, two, two / one, bare2, bare2 / bare, rand, one_paired, bare_beside,
+                         one_paired / bare_beside))
             print(f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x | "
-                  f"{bare2:,.0f} | {bare2 / bare:.2f}x | {rand:,.0f} |", flush=True)
+                  f"{bare2:,.0f} | {bare2 / bare:.2f}x | {rand:,.0f} | {one_paired:,.0f} | {bare_beside:,.0f} | "
+                  f"{one_paired / bare_beside:.2f} |", flush=True)
     rows = np.array(rows)
     m, lo, hi = np.median(rows, axis=0), rows.min(axis=0), rows.max(axis=0)
     print(f"| median of {repeats} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.2f} ({lo[2]:.2f}-{hi[2]:.2f}) | {m[3]:,.0f} | "
-          f"{m[4]:.2f}x ({lo[4]:.2f}-{hi[4]:.2f}) | {m[5]:,.0f} | {m[6]:.2f}x ({lo[6]:.2f}-{hi[6]:.2f}) | {m[7]:,.0f} |")
+          f"{m[4]:.2f}x ({lo[4]:.2f}-{hi[4]:.2f}) | {m[5]:,.0f} | {m[6]:.2f}x ({lo[6]:.2f}-{hi[6]:.2f}) | {m[7]:,.0f} | "
+          f"{m[8]:,.0f} | {m[9]:,.0f} | {m[10]:.2f} ({lo[10]:.2f}-{hi[10]:.2f}) |")
     best = {k: n / np.min(np.array(v), axis=0).sum() for k, v in runs.items()}
     best2 = rows[:, 5].max()
     print(f"| best of {repeats}, iteration by iteration | {best['bare']:,.0f} | {best['one']:,.0f} | "
           f"{best['one'] / best['bare']:.2f} | {best['two']:,.0f} | {best['two'] / best['one']:.2f}x | "
-          f"{best2:,.0f} (fastest run) | {best2 / best['bare']:.2f}x | {rows[:, 7].max():,.0f} (fastest run) |")
+          f"{best2:,.0f} (fastest run) | {best2 / best['bare']:.2f}x | {rows[:, 7].max():,.0f} (fastest run) | | | |")
     return {"rows": rows, "best": best}
