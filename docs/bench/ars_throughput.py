@@ -5,7 +5,8 @@
 The training is 10 iterations of ars.py (N = b = 8 directions, no evaluation). Each repetition
 times, one after the other: a bare loop that replays the very episodes of that training (reset
 seeds and actions recorded once from a training with the same seed), ars.py with 1 and with 2
-workers, the bare loop split over 2 processes, and a bare loop with random actions. Training
+workers, the bare loop split over 2 processes, a bare loop with random actions, and
+the 1-worker training again with the bare loop running beside it on the other core (paired). Training
 rates leave out the first iteration, which also creates each worker's environment. Prints the
 rates of each repetition, their medians, and the best of the repetitions iteration by
 iteration. How and why: docs/bench/replay.py.

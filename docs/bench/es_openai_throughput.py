@@ -5,7 +5,8 @@
 The training is 6 generations of es_openai.py (population 40, no evaluation). Each repetition
 times, one after the other: a bare loop that replays the very episodes of that training (reset
 seeds and actions recorded once from a training with the same seed), es_openai.py with 1 and
-with 2 workers, the bare loop split over 2 processes, and a bare loop with random actions.
+with 2 workers, the bare loop split over 2 processes, a bare loop with random actions, and
+the 1-worker training again with the bare loop running beside it on the other core (paired).
 Training rates leave out the first generation, which also creates each worker's environments.
 Prints the rates of each repetition, their medians, and the best of the repetitions generation
 by generation; last, the per-step cost of the policy and of env.step as the workers measured

@@ -30,6 +30,8 @@ tens of percent between repetitions. `measure` reports both:
   episodes on the other core at the same time (`beside`), and the ratio is taken between the two
   rates of those same seconds. Whatever the host does to both cores at once cancels out of the
   ratio; what it does to one core alone does not, and the two loops share the processor's caches.
+  On the 2-core AMD EPYC of docs/ars.md the two cores' speeds were not correlated (two bare loops
+  at once, 40 one-second windows: r = -0.13), so there the pairing did not narrow the spread.
 """
 import contextlib
 import glob
