@@ -30,8 +30,9 @@ tens of percent between repetitions. `measure` reports both:
   episodes on the other core at the same time (`beside`), and the ratio is taken between the two
   rates of those same seconds. Whatever the host does to both cores at once cancels out of the
   ratio; what it does to one core alone does not, and the two loops share the processor's caches.
-  On the 2-core AMD EPYC of docs/ars.md the two cores' speeds were not correlated (two bare loops
-  at once, 40 one-second windows: r = -0.13), so there the pairing did not narrow the spread.
+  On the 2-core AMD EPYC of docs/ars.md the two cores' speeds were not correlated
+  (`core_swings.py`: r = -0.13 and 0.06 over 40 one-second windows), so there the pairing did not
+  narrow the spread.
 """
 import contextlib
 import glob
@@ -105,7 +106,7 @@ def random_loop(module, env_id: str, episodes: int, seed: int = 0) -> float:
     actions = rng.uniform(low, high, size=(4096, *low.shape))
     steps, t0 = 0, time.perf_counter()
     for e in range(episodes):
-        env.reset(seed=seed + e)
+        module.reset_env(env, seed + e)
         while True:
             _, _, terminated, truncated, _ = env.step(actions[steps % 4096])
             steps += 1
@@ -122,7 +123,7 @@ def replay(module, env_id: str, folder: str, part: int = 0, parts: int = 1, skip
     env = module.make_env(env_id, None)
     steps, returns, t0 = 0, [], time.perf_counter()
     for seed, actions, _ in episodes:
-        env.reset(seed=seed)
+        module.reset_env(env, seed)  # as the scripts' rollouts reset
         total = 0.0
         for a in actions:
             total += env.step(a)[1]
@@ -157,7 +158,7 @@ def replay_groups(module, env_id: str, folder: str, sizes: list) -> list:
     for n in sizes:
         t0 = time.perf_counter()
         for seed, actions, _ in episodes[i:i + n]:
-            env.reset(seed=seed)
+            module.reset_env(env, seed)
             for a in actions:
                 env.step(a)
         seconds.append(time.perf_counter() - t0)
@@ -169,12 +170,12 @@ def replay_groups(module, env_id: str, folder: str, sizes: list) -> list:
 def _replay_beside(module_name: str, env_id: str, folder: str, skip: int, stop, queue):
     """Replay the recorded episodes (from episode skip on) over and over until stop is set; put
     on queue the (time, steps so far) after each episode."""
-    episodes = load_episodes(folder, skip=skip)
-    env = importlib.import_module(module_name).make_env(env_id, None)
+    episodes, module = load_episodes(folder, skip=skip), importlib.import_module(module_name)
+    env = module.make_env(env_id, None)
     marks, steps = [(time.perf_counter(), 0)], 0
     while not stop.is_set():
         for seed, actions, _ in episodes:
-            env.reset(seed=seed)
+            module.reset_env(env, seed)
             for a in actions:
                 env.step(a)
             steps += len(actions)
@@ -203,6 +204,8 @@ def beside(module, env_id: str, folder: str, skip: int, run):
         marks = queue.get()
         loop.join()
     inside = [(t, n) for t, n in marks if t0 <= t <= t1]
+    if len(inside) < 2:
+        raise SystemExit("the training was too short to time the loop beside it: give more iterations")
     (ta, na), (tb, nb) = inside[0], inside[-1]
     return out, (nb - na) / (tb - ta)
 

@@ -31,7 +31,7 @@ def recorded_actions(folder: str) -> list:
 
 def bare(env, actions: list, seed: int):
     """Step one recorded episode's actions."""
-    env.reset(seed=seed)
+    ars.reset_env(env, seed)
     for a in actions:
         env.step(a)
 
@@ -91,7 +91,7 @@ def main():
             run_lockstep(envs)
             t1 = time.perf_counter()
             for i, e in enumerate(envs):
-                e.reset(seed=seeds[i // 2])
+                ars.reset_env(e, seeds[i // 2])
             for step in zip(*episodes):  # the bare replay, alternating over the same 2P environments
                 for e, action in zip(envs, step):
                     e.step(action)
