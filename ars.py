@@ -753,12 +753,14 @@ def train(args) -> dict:
                 print(f"NaN or inf at iteration {new['iteration']}: the run stops; the last good checkpoint "
                       "is kept (try a smaller --alpha or --nu)", file=sys.stderr)
                 break
-            state, ev = dict(new, wall_time=time.time() - t_start), np.array([np.nan])
-            if state["iteration"] % args.eval_every == 0 or state["iteration"] == args.iterations:
-                ev = evaluate(pool, state["iteration"], state["M"], state["stats"], args, range(args.eval_episodes))
-                last_eval = ev.mean()
-            reached, confirm = target_reached(pool, state, ev, args)
-            state["wall_time"] = time.time() - t_start
+            # `new` becomes `state` only once evaluated and logged: an interrupt before that leaves
+            # `state` at the last logged iteration, and --resume redoes this one, evaluation included.
+            ev = np.array([np.nan])
+            if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
+                ev = evaluate(pool, new["iteration"], new["M"], new["stats"], args, range(args.eval_episodes))
+            reached, confirm = target_reached(pool, new, ev, args)
+            state = dict(new, wall_time=time.time() - t_start)
+            last_eval = last_eval if np.isnan(ev).all() else ev.mean()
             rows.append(log_iteration(csv_file, state, info, ev, last_eval, confirm, args))
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args)

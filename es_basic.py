@@ -520,13 +520,15 @@ def train(args) -> dict:
                       "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
                 break
             steps_per_s = lengths.sum() / (time.time() - t0)
-            state = {"theta": theta, "iteration": state["iteration"] + 1,
+            iteration, ev = state["iteration"] + 1, np.array([np.nan])
+            if iteration % args.eval_every == 0 or iteration == args.iterations:
+                ev, _ = episodes.run(run_evaluation, theta, iteration, args.eval_episodes)
+            # The new state replaces the old only once evaluated: a stop during the evaluation leaves
+            # the last logged iteration to resume from, and --resume redoes this one whole.
+            state = {"theta": theta, "iteration": iteration,
                      "episodes": state["episodes"] + len(returns), "env_steps": state["env_steps"] + int(lengths.sum()),
                      "wall_time": time.time() - t_start}
-            ev = np.array([np.nan])
-            if state["iteration"] % args.eval_every == 0 or state["iteration"] == args.iterations:
-                ev, _ = episodes.run(run_evaluation, theta, state["iteration"], args.eval_episodes)
-                last_eval = ev.mean()
+            last_eval = last_eval if np.isnan(ev).all() else ev.mean()
             row = [state["iteration"], state["episodes"], state["env_steps"], round(state["wall_time"], 2),
                    returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
                    ev.std() if ev.size > 1 else np.nan, round(steps_per_s, 1), np.linalg.norm(g),

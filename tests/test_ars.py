@@ -187,6 +187,31 @@ def test_resume_from_an_older_checkpoint_redoes_the_later_iterations(tmp_path):
     assert [r.split(",")[4] for r in rows] == [r.split(",")[4] for r in full_rows]  # same returns
 
 
+def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
+    # Ctrl-C or SIGTERM while iteration 4 is evaluated: its update is done but neither evaluated
+    # nor logged. The checkpoint must hold iteration 3, so that the resumed run redoes iteration 4
+    # with its evaluation (which can end a run at its target); it once saved iteration 4 and
+    # skipped both.
+    full = run(tmp_path / "full", iterations=6)
+    evaluate = ars.evaluate
+
+    def interrupted(pool, iteration, *a, **kw):
+        if iteration == 4:
+            raise KeyboardInterrupt
+        return evaluate(pool, iteration, *a, **kw)
+
+    monkeypatch.setattr(ars, "evaluate", interrupted)
+    half = run(tmp_path / "half", iterations=6)
+    assert half["status"] == "interrupted" and half["iteration"] == 3
+    monkeypatch.setattr(ars, "evaluate", evaluate)
+    resumed = ars.main(["--resume", half["run_dir"], "--iterations", "6"])
+    np.testing.assert_array_equal(full["M"], resumed["M"])
+    full_rows = open(os.path.join(full["run_dir"], "progress.csv")).read().splitlines()
+    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
+    assert [r.split(",")[8] for r in rows] == [r.split(",")[8] for r in full_rows]  # same evaluations
+
+
 class RecordingEnv(gym.Env):
     """Random observations; remembers every action it is given."""
     observation_space = gym.spaces.Box(-np.inf, np.inf, (3,))

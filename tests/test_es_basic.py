@@ -162,6 +162,29 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert resumed["episodes"] == full["episodes"] and resumed["env_steps"] == full["env_steps"]
 
 
+def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
+    # A stop while iteration 4 is evaluated must leave iteration 3 to resume from, so that the
+    # resumed run redoes iteration 4 with its evaluation; it once saved iteration 4 and skipped both.
+    full = run(tmp_path / "full", iterations=6)
+    evaluation = es.run_evaluation
+
+    def interrupted(theta, iteration, episodes):
+        if iteration == 4:
+            raise KeyboardInterrupt
+        return evaluation(theta, iteration, episodes)
+
+    monkeypatch.setattr(es, "run_evaluation", interrupted)
+    half = run(tmp_path / "half", iterations=6, workers=1)
+    assert half["status"] == "interrupted" and half["iteration"] == 3
+    monkeypatch.setattr(es, "run_evaluation", evaluation)
+    resumed = es.main(["--resume", half["run_dir"], "--iterations", "6"])
+    np.testing.assert_array_equal(full["theta"], resumed["theta"])
+    full_rows = open(os.path.join(full["run_dir"], "progress.csv")).read().splitlines()
+    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
+    assert [r.split(",")[8] for r in rows] == [r.split(",")[8] for r in full_rows]  # same evaluations
+
+
 def test_shared_helpers_are_identical_copies_of_ars():
     for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
                  "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "Parser",

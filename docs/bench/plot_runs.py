@@ -1,6 +1,9 @@
 """Evaluation curves of several runs (one line per seed) in one figure for the docs.
 
     python docs/bench/plot_runs.py --out docs/img/ars_bipedalwalker.png runs/bench/BipedalWalker-v3__ars__*
+
+Runs given after --dashed (another configuration, e.g. a previous preset) are drawn dashed, in
+the same color for the same seed, and every line is labelled with its N and b.
 """
 import argparse
 import json
@@ -15,23 +18,26 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--threshold", type=float, help="draw the solved threshold")
+    p.add_argument("--dashed", nargs="+", default=[], help="runs drawn dashed (another configuration)")
     p.add_argument("runs", nargs="+")
     a = p.parse_args()
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    for run in a.runs:
+    for run, style in [(r, "-") for r in a.runs] + [(r, "--") for r in a.dashed]:
         cfg = json.load(open(os.path.join(run, "config.json")))
         rows = [r for r in ars.read_csv_rows(os.path.join(run, "progress.csv")) if r[8] not in ("", "nan")]
-        ax.plot([float(r[2]) / 1e6 for r in rows], [float(r[8]) for r in rows], label=f"seed {cfg['seed']}")
+        label = f"seed {cfg['seed']}" + (f", N={cfg['n_directions']}, b={cfg['top_b']}" if a.dashed else "")
+        ax.plot([float(r[2]) / 1e6 for r in rows], [float(r[8]) for r in rows], style, label=label,
+                color=f"C{cfg['seed'] % 10}")
     if a.threshold is not None:
-        ax.axhline(a.threshold, color="gray", linestyle="--", label=f"threshold {a.threshold:g}")
+        ax.axhline(a.threshold, color="gray", linestyle=":", label=f"threshold {a.threshold:g}")
     ax.set_xlabel("training environment steps (millions)")
     ax.set_ylabel(f"evaluation return ({cfg['eval_episodes']} episodes)")
-    ax.set_title(f"{cfg['env']}: ars.py with its preset")
+    ax.set_title(f"{cfg['env']}: ars.py" + (" (dashed: another configuration)" if a.dashed else " with its preset"))
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     fig.savefig(a.out, dpi=90)
 
