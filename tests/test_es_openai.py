@@ -390,6 +390,28 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert resumed["episodes"] == full["episodes"] and resumed["env_steps"] == full["env_steps"]
 
 
+def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
+    # A stop while generation 4 is evaluated leaves generation 3 to resume from: the resumed run
+    # redoes generation 4 with its evaluation (the same rule as ars.py and es_basic.py).
+    full = run(tmp_path / "full", iterations=6, eval_every=2)
+    evaluate = eo.WorkerPool.evaluate
+
+    def interrupted(self, task, generation, episodes):
+        if generation == 4:
+            raise KeyboardInterrupt
+        return evaluate(self, task, generation, episodes)
+
+    monkeypatch.setattr(eo.WorkerPool, "evaluate", interrupted)
+    half = run(tmp_path / "half", iterations=6, eval_every=2)
+    assert half["status"] == "interrupted" and half["iteration"] == 3
+    monkeypatch.setattr(eo.WorkerPool, "evaluate", evaluate)
+    resumed = eo.main(["--resume", half["run_dir"], "--iterations", "6"])
+    np.testing.assert_array_equal(full["theta"], resumed["theta"])
+    full_rows, rows = list(csv_rows(full["run_dir"])), list(csv_rows(half["run_dir"]))
+    assert [r["iteration"] for r in rows] == ["1", "2", "3", "4", "5", "6"]
+    assert [r["eval_return_mean"] for r in rows] == [r["eval_return_mean"] for r in full_rows]
+
+
 def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):
     rows = list(csv_rows(run(tmp_path, iterations=3, population=10, eval_prob=0.5)["run_dir"]))
     counts = [int(r["noiseless_count"]) for r in rows]
