@@ -174,17 +174,23 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
 
 
+def assert_resumes_to(full: dict, run_dir: str):
+    """Resume run_dir to full's 6 iterations: the same M, and a log with every iteration once and
+    the same training and evaluation returns as full's."""
+    resumed = ars.main(["--resume", run_dir, "--iterations", "6"])
+    np.testing.assert_array_equal(full["M"], resumed["M"])
+    rows, full_rows = ([r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
+                       for d in (run_dir, full["run_dir"]))
+    assert [r[0] for r in rows] == ["1", "2", "3", "4", "5", "6"]
+    assert [(r[4], r[8]) for r in rows] == [(r[4], r[8]) for r in full_rows]
+
+
 def test_resume_from_an_older_checkpoint_redoes_the_later_iterations(tmp_path):
     full = run(tmp_path / "full", iterations=6)
     half = run(tmp_path / "half", iterations=4, save_every=2)
     ck = os.path.join(half["run_dir"], "checkpoints")
     shutil.copy(os.path.join(ck, "iter_000002.npz"), os.path.join(ck, "latest.npz"))  # as if killed at 3
-    resumed = ars.main(["--resume", half["run_dir"], "--iterations", "6"])
-    np.testing.assert_array_equal(full["M"], resumed["M"])
-    full_rows = open(os.path.join(full["run_dir"], "progress.csv")).read().splitlines()
-    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
-    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
-    assert [r.split(",")[4] for r in rows] == [r.split(",")[4] for r in full_rows]  # same returns
+    assert_resumes_to(full, half["run_dir"])
 
 
 def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
@@ -204,12 +210,7 @@ def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_
     half = run(tmp_path / "half", iterations=6)
     assert half["status"] == "interrupted" and half["iteration"] == 3
     monkeypatch.setattr(ars, "evaluate", evaluate)
-    resumed = ars.main(["--resume", half["run_dir"], "--iterations", "6"])
-    np.testing.assert_array_equal(full["M"], resumed["M"])
-    full_rows = open(os.path.join(full["run_dir"], "progress.csv")).read().splitlines()
-    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
-    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
-    assert [r.split(",")[8] for r in rows] == [r.split(",")[8] for r in full_rows]  # same evaluations
+    assert_resumes_to(full, half["run_dir"])
 
 
 class RecordingEnv(gym.Env):

@@ -37,11 +37,19 @@ def main():
     a = p.parse_args()
     if a.seconds < 3:
         p.error("--seconds must be at least 3")
+    import gymnasium as gym
+    try:
+        gym.spec(a.env)
+    except gym.error.Error as e:
+        p.error(f"--env: {e}")
     queue = mp.get_context("fork").Queue()
     procs = [mp.get_context("fork").Process(target=loop, args=(a.env, a.seconds, s, queue)) for s in (1, 2)]
     for proc in procs:
         proc.start()
-    marks = [queue.get() for _ in procs]
+    try:  # a loop that failed never reports: stop instead of waiting for ever
+        marks = [queue.get(timeout=a.seconds + 120) for _ in procs]
+    except Exception:
+        raise SystemExit("a loop process failed (see its error above)") from None
     for proc in procs:
         proc.join()
     t0 = min(m[0] for m in marks)
