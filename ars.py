@@ -51,11 +51,12 @@ PRESETS = {
     # now and then stall below 300; without clipping, falls dominate sigma_R and it learns to stand.
     # N = 32, b = 16 (not 16, 8): one rollout's chance fall weighs half as much in Eq. (5), which
     # shortened the plateau at 220-290 where the walker still falls in some episodes.
-    # The run stops once a 20-episode evaluation reaches 310 and 100 fresh episodes confirm
-    # gymnasium's "solved": a mean of at least 300 over 100 episodes.
+    # The run stops once a 20-episode evaluation reaches 300 (a screen) and 100 fresh episodes
+    # confirm gymnasium's "solved": a mean of at least 300 over 100 episodes. A screen at 310 (until
+    # 2026-11-23) skipped policies that pass; the confirmation alone decides (docs/ars.md).
     "BipedalWalker-v3": dict(alpha=0.02, nu=0.03, n_directions=32, top_b=16, shift=0.0, version=2,
                              reward_clip=10.0, iterations=1000, eval_every=10, eval_episodes=20,
-                             target_return=310.0, confirm_episodes=100, confirm_return=300.0),
+                             target_return=300.0, confirm_episodes=100, confirm_return=300.0),
 }
 GENERIC = dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version=2,
                reward_clip=0.0, iterations=300, eval_every=10, eval_episodes=10, confirm_episodes=0)
