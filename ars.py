@@ -760,23 +760,23 @@ def train(args) -> dict:
             if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
                 ev = evaluate(pool, new["iteration"], new["M"], new["stats"], args, range(args.eval_episodes))
             reached, confirm = target_reached(pool, new, ev, args)
-            state = dict(new, wall_time=time.time() - t_start)
-            last_eval = last_eval if np.isnan(ev).all() else ev.mean()
-            rows.append(log_iteration(csv_file, state, info, ev, last_eval, confirm, args))
+            new = dict(new, wall_time=time.time() - t_start)
+            shown = last_eval if np.isnan(ev).all() else ev.mean()
+            rows.append(log_iteration(csv_file, new, info, ev, shown, confirm, args))
+            # Logged: only now may a checkpoint hold it, with whether it reached the target (a row
+            # written before an interrupt is dropped and redone on --resume, like the iteration).
+            state, last_eval, status = new, shown, ("target" if reached else status)
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args)
                 plot_progress(run_dir, rows, title)
-            if reached:
-                print(f"target {args.target_return} reached at iteration {state['iteration']}: "
-                      f"{state['episodes']} episodes, {state['env_steps']} env steps, "
-                      f"{fmt_time(state['wall_time'])}", flush=True)
-                status = "target"
+            if status == "target":
                 break
     except KeyboardInterrupt:
-        status = "interrupted"
         # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
         held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-        print(f"\ninterrupted: resume with  python ars.py --resume {run_dir}", file=sys.stderr)
+        if status != "target":  # a stop after the target was reached and logged changes nothing
+            status = "interrupted"
+            print(f"\ninterrupted: resume with  python ars.py --resume {run_dir}", file=sys.stderr)
     except RuntimeError:  # a worker died: keep the last finished iteration to resume from
         checkpoint(run_dir, state, args)
         raise
@@ -786,6 +786,10 @@ def train(args) -> dict:
     checkpoint(run_dir, state, args)  # the last good state: a diverged update never enters it
     if rows:
         plot_progress(run_dir, rows, title)
+    if status == "target":
+        print(f"target {args.target_return} reached at iteration {state['iteration']}: "
+              f"{state['episodes']} episodes, {state['env_steps']} env steps, "
+              f"{fmt_time(state['wall_time'])}", flush=True)
     for signum, handler in held.items():
         signal.signal(signum, handler)
     return dict(state, run_dir=run_dir, status=status)

@@ -523,19 +523,22 @@ def train(args) -> dict:
             iteration, ev = state["iteration"] + 1, np.array([np.nan])
             if iteration % args.eval_every == 0 or iteration == args.iterations:
                 ev, _ = episodes.run(run_evaluation, theta, iteration, args.eval_episodes)
-            # The new state replaces the old only once evaluated: a stop during the evaluation leaves
-            # the last logged iteration to resume from, and --resume redoes this one whole.
-            state = {"theta": theta, "iteration": iteration,
-                     "episodes": state["episodes"] + len(returns), "env_steps": state["env_steps"] + int(lengths.sum()),
-                     "wall_time": time.time() - t_start}
-            last_eval = last_eval if np.isnan(ev).all() else ev.mean()
-            row = [state["iteration"], state["episodes"], state["env_steps"], round(state["wall_time"], 2),
+            # The new state replaces the old only once evaluated and logged: a stop before that
+            # leaves the last logged iteration to resume from, and --resume redoes this one whole
+            # (a row written just before the stop is dropped on resume and written again).
+            new = {"theta": theta, "iteration": iteration,
+                   "episodes": state["episodes"] + len(returns), "env_steps": state["env_steps"] + int(lengths.sum()),
+                   "wall_time": time.time() - t_start}
+            shown = last_eval if np.isnan(ev).all() else ev.mean()
+            row = [new["iteration"], new["episodes"], new["env_steps"], round(new["wall_time"], 2),
                    returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
                    ev.std() if ev.size > 1 else np.nan, round(steps_per_s, 1), np.linalg.norm(g),
                    np.linalg.norm(theta), lengths.mean()]
             csv.writer(csv_file).writerow(row)
             csv_file.flush()
             rows.append([str(v) for v in row])
+            reached = args.target_return is not None and not np.isnan(ev).all() and shown >= args.target_return
+            state, last_eval, status = new, shown, ("target" if reached else status)  # logged, with the target
             eta = (args.iterations - state["iteration"]) * state["wall_time"] / state["iteration"]
             print(f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
                   f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
@@ -543,22 +546,23 @@ def train(args) -> dict:
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args)
                 plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
-            if args.target_return is not None and not np.isnan(ev).all() and last_eval >= args.target_return:
-                print(f"target {args.target_return} reached at iteration {state['iteration']}: {state['episodes']} "
-                      f"episodes, {state['env_steps']} env steps, {fmt_time(state['wall_time'])}", flush=True)
-                status = "target"
+            if status == "target":
                 break
     except KeyboardInterrupt:
-        status = "interrupted"
         # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
         held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-        print(f"\ninterrupted: resume with  python es_basic.py --resume {run_dir}", file=sys.stderr)
+        if status != "target":  # a stop after the target was reached and logged changes nothing
+            status = "interrupted"
+            print(f"\ninterrupted: resume with  python es_basic.py --resume {run_dir}", file=sys.stderr)
     finally:
         episodes.close(interrupted=status == "interrupted")
         csv_file.close()
     checkpoint(run_dir, state, args)  # the last good state: a diverged update never enters it
     if rows:
         plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
+    if status == "target":
+        print(f"target {args.target_return} reached at iteration {state['iteration']}: {state['episodes']} "
+              f"episodes, {state['env_steps']} env steps, {fmt_time(state['wall_time'])}", flush=True)
     for signum, handler in held.items():
         signal.signal(signum, handler)
     return dict(state, run_dir=run_dir, status=status)

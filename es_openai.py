@@ -1348,23 +1348,22 @@ def train(args) -> dict:
             new["wall_time"] = time.time() - t_start
             row, line = log_generation(csv_file, new, info, ev, last_eval, args)
             rows.append(row)
-            state = new  # logged: from here on a stop resumes after this generation
+            reached = args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return
+            # Logged: from here on a stop resumes after this generation, or ends at the target.
+            state, status = new, ("target" if reached else status)
             print(line, flush=True)
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args, sizes, snapshot=state["iteration"] % args.save_every == 0)
                 plot_progress(run_dir, rows, title)
-            if args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return:
-                print(f"target {args.target_return} reached at generation {state['iteration']}: "
-                      f"{state['episodes']} episodes, {state['env_steps']} env steps, "
-                      f"{fmt_time(state['wall_time'])}", flush=True)
-                status = "target"
+            if status == "target":
                 break
         status = status or "done"
     except KeyboardInterrupt:
-        status = "interrupted"
         # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
         held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-        print(f"\ninterrupted: resume with  python es_openai.py --resume {run_dir}", file=sys.stderr)
+        if status != "target":  # a stop after the target was reached and logged changes nothing
+            status = "interrupted"
+            print(f"\ninterrupted: resume with  python es_openai.py --resume {run_dir}", file=sys.stderr)
     finally:  # also when a worker died: the last logged generation is kept to resume from
         pool.close()
         noise.close()
@@ -1374,6 +1373,10 @@ def train(args) -> dict:
             plot_progress(run_dir, rows, title)
         for signum, handler in held.items():
             signal.signal(signum, handler)
+    if status == "target":
+        print(f"target {args.target_return} reached at generation {state['iteration']}: "
+              f"{state['episodes']} episodes, {state['env_steps']} env steps, "
+              f"{fmt_time(state['wall_time'])}", flush=True)
     return dict(state, run_dir=run_dir, status=status)
 
 

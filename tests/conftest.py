@@ -5,3 +5,45 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+def interrupt_at_line(train, n: int, after: int = 0):
+    """A trace function that raises KeyboardInterrupt (what Ctrl-C and SIGTERM raise in the
+    scripts) at the n-th line executed in the training loop of `train` (from its `while state[`
+    line to its `except KeyboardInterrupt`), counting from the loop's pass number after + 1: a
+    signal can arrive between any two lines. Returns the trace and a list that gets n if it fired."""
+    import inspect
+    source, first = inspect.getsourcelines(train)
+    loop = [first + i for i, line in enumerate(source) if "while state[" in line or "except KeyboardInterrupt" in line]
+    count, passes, fired = [0], [0], []
+
+    def local(frame, event, arg):
+        if event == "line" and loop[0] <= frame.f_lineno < loop[1]:
+            passes[0] += frame.f_lineno == loop[0]
+            if passes[0] > after:
+                count[0] += 1
+                if count[0] == n:
+                    fired.append(n)
+                    raise KeyboardInterrupt
+        return local
+
+    def trace(frame, event, arg):
+        return local if frame.f_code is train.__code__ else None
+    return trace, fired
+
+
+def interrupted_runs(train, start, after: int = 0):
+    """(n, start(n)) for n = 1, 2, ...: start(n) runs a training interrupted at the n-th line of
+    its loop (interrupt_at_line). Stops at the first n the run does not reach: every line was tried."""
+    n = 0
+    while True:
+        n += 1
+        trace, fired = interrupt_at_line(train, n, after)
+        sys.settrace(trace)
+        try:
+            result = start(n)
+        finally:
+            sys.settrace(None)
+        if not fired:
+            return
+        yield n, result

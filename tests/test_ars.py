@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ars
+from conftest import interrupted_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -213,6 +214,32 @@ def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_
     assert_resumes_to(full, half["run_dir"])
 
 
+@pytest.mark.parametrize("target", [None, -1e9])
+def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, target):
+    # Every line of an iteration (the update, the evaluation, the log row, the checkpoint) is a
+    # point where Ctrl-C or SIGTERM can stop the run; from each, --resume must give the same run.
+    # With a target (reached and confirmed at iteration 2), a stop after iteration 2 is logged ends
+    # the run there as the uninterrupted one does, instead of leaving it to go on when resumed.
+    kw = dict(iterations=2, n_directions=2, top_b=1, eval_episodes=1, save_every=2)
+    if target is not None:
+        kw.update(target_return=target, confirm_episodes=1)
+    monkeypatch.setattr(ars, "plot_progress", lambda *a: None)  # fast: 10-20 runs, each resumed
+    full = run(tmp_path / "full", **kw)
+    assert full["status"] == ("done" if target is None else "target")
+    points = 0
+    for n, half in interrupted_runs(ars.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1):
+        if half["status"] == "interrupted":
+            half = ars.main(["--resume", half["run_dir"], "--iterations", "2"])
+        assert half["status"] == full["status"], f"interrupted at line {n}"
+        np.testing.assert_array_equal(full["M"], half["M"], err_msg=f"interrupted at line {n}")
+        rows, full_rows = ([r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
+                           for d in (half["run_dir"], full["run_dir"]))
+        assert [(r[0], r[4], r[8], r[-1]) for r in rows] == [(r[0], r[4], r[8], r[-1]) for r in full_rows], \
+            f"interrupted at line {n}"
+        points = n
+    assert points > 8  # every line of the second pass of the loop
+
+
 class RecordingEnv(gym.Env):
     """Random observations; remembers every action it is given."""
     observation_space = gym.spaces.Box(-np.inf, np.inf, (3,))
@@ -263,6 +290,33 @@ def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path):
     assert confirmed[0] == "nan" and float(confirmed[1]) < 0  # evaluated on iterations 2, 4, 6
     once = run(tmp_path / "b", iterations=6, target_return=-1e9, confirm_episodes=3, confirm_return=-1e9)
     assert once["status"] == "target" and once["iteration"] == 2
+
+
+def test_training_does_not_depend_on_evaluations(tmp_path):
+    # What makes a stopping rule testable after the fact (docs/ars.md, "Why the screen is at 300"):
+    # evaluations and confirmations play their own episodes and never touch the normalizer.
+    rare = run(tmp_path / "a", iterations=6, eval_every=6)
+    often = run(tmp_path / "b", iterations=6, eval_every=1, eval_episodes=3, target_return=1e9,
+                confirm_episodes=2)
+    np.testing.assert_array_equal(rare["M"], often["M"])
+    np.testing.assert_array_equal(rare["stats"][2], often["stats"][2])
+    assert rare["env_steps"] == often["env_steps"]
+
+
+def test_a_checkpoint_replays_the_evaluation_its_run_logged(tmp_path):
+    result = run(tmp_path, iterations=4, eval_every=2, eval_episodes=3, save_every=2)
+    args = config(env="Pendulum-v1", n_directions=4, top_b=2, seed=5, workers=1)
+    rows = {int(r[0]): r for r in ars.read_csv_rows(os.path.join(result["run_dir"], "progress.csv"))}
+    pool = ars.WorkerPool(1, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
+    try:
+        for it in (2, 4):
+            ck = ars.load_npz(os.path.join(result["run_dir"], "checkpoints", f"iter_{it:06d}.npz"))
+            stats = (float(ck["obs_count"]), ck["obs_mean"], ck["obs_m2"])
+            replayed = ars.evaluate(pool, it, ck["M"], stats, args, range(3))
+            assert replayed.mean() == float(rows[it][8])
+            assert ars.evaluate(pool, it - 1, ck["M"], stats, args, range(3)).mean() != replayed.mean()
+    finally:
+        pool.close()
 
 
 class NanEnv(gym.Env):

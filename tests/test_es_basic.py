@@ -13,6 +13,7 @@ import pytest
 
 import ars
 import es_basic as es
+from conftest import interrupted_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -183,6 +184,32 @@ def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_
     rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
     assert [r.split(",")[8] for r in rows] == [r.split(",")[8] for r in full_rows]  # same evaluations
+
+
+@pytest.mark.parametrize("target", [None, -1e9])
+def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, target):
+    # Every line of an iteration (the update, the evaluation, the log row, the checkpoint) is a
+    # point where Ctrl-C or SIGTERM can stop the run; from each, --resume must give the same run.
+    # It found a stop between the new state and its log row (a checkpoint without its row), and a
+    # stop after the target was logged (the resumed run went on past it).
+    kw = dict(iterations=2, population=4, eval_every=2, eval_episodes=1, save_every=2, workers=1)
+    if target is not None:
+        kw["target_return"] = target
+    monkeypatch.setattr(es, "plot_progress", lambda *a: None)  # fast: 10-20 runs, each resumed
+    full = run(tmp_path / "full", **kw)
+    assert full["status"] == ("done" if target is None else "target")
+    points = 0
+    for n, half in interrupted_runs(es.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1):
+        if half["status"] == "interrupted":
+            half = es.main(["--resume", half["run_dir"], "--iterations", "2"])
+        assert half["status"] == full["status"], f"interrupted at line {n}"
+        np.testing.assert_array_equal(full["theta"], half["theta"], err_msg=f"interrupted at line {n}")
+        rows, full_rows = ([r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
+                           for d in (half["run_dir"], full["run_dir"]))
+        assert [(r[0], r[4], r[8]) for r in rows] == [(r[0], r[4], r[8]) for r in full_rows], \
+            f"interrupted at line {n}"
+        points = n
+    assert points > 8  # every line of the second pass of the loop
 
 
 def test_shared_helpers_are_identical_copies_of_ars():

@@ -17,6 +17,7 @@ import pytest
 import ars
 import es_basic
 import es_openai as eo
+from conftest import interrupted_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers are forked")
@@ -410,6 +411,30 @@ def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_
     full_rows, rows = list(csv_rows(full["run_dir"])), list(csv_rows(half["run_dir"]))
     assert [r["iteration"] for r in rows] == ["1", "2", "3", "4", "5", "6"]
     assert [r["eval_return_mean"] for r in rows] == [r["eval_return_mean"] for r in full_rows]
+
+
+@pytest.mark.parametrize("target", [None, -1e9])
+def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, target):
+    # Every line of a generation (the update, the evaluation, the log row, the checkpoint) is a
+    # point where Ctrl-C or SIGTERM can stop the run; from each, --resume must give the same run.
+    # With a target (reached at generation 2), a stop after generation 2 is logged ends the run there.
+    kw = dict(iterations=2, eval_every=2, save_every=2)
+    if target is not None:
+        kw["target_return"] = target
+    monkeypatch.setattr(eo, "plot_progress", lambda *a: None)  # fast: 10-20 runs, each resumed
+    full = run(tmp_path / "full", **kw)
+    assert full["status"] == ("done" if target is None else "target")
+    points = 0
+    for n, half in interrupted_runs(eo.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1):
+        if half["status"] == "interrupted":
+            half = eo.main(["--resume", half["run_dir"], "--iterations", "2"])
+        assert half["status"] == full["status"], f"interrupted at line {n}"
+        np.testing.assert_array_equal(full["theta"], half["theta"], err_msg=f"interrupted at line {n}")
+        rows, full_rows = list(csv_rows(half["run_dir"])), list(csv_rows(full["run_dir"]))
+        assert [(r["iteration"], r["return_mean"], r["eval_return_mean"]) for r in rows] == \
+            [(r["iteration"], r["return_mean"], r["eval_return_mean"]) for r in full_rows], f"interrupted at line {n}"
+        points = n
+    assert points > 8  # every line of the second pass of the loop
 
 
 def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):
