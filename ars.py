@@ -762,10 +762,12 @@ def train(args) -> dict:
             reached, confirm = target_reached(pool, new, ev, args)
             new = dict(new, wall_time=time.time() - t_start)
             shown = last_eval if np.isnan(ev).all() else ev.mean()
-            rows.append(log_iteration(csv_file, new, info, ev, shown, confirm, args))
+            row, line = log_iteration(csv_file, new, info, ev, shown, confirm, args)
+            rows.append(row)
             # Logged: only now may a checkpoint hold it, with whether it reached the target (a row
             # written before an interrupt is dropped and redone on --resume, like the iteration).
             state, last_eval, status = new, shown, ("target" if reached else status)
+            print(line, flush=True)
             if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
                 checkpoint(run_dir, state, args)
                 plot_progress(run_dir, rows, title)
@@ -796,8 +798,8 @@ def train(args) -> dict:
 
 
 def log_iteration(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: float, confirm: np.ndarray,
-                  args) -> list:
-    """One row of progress.csv (flushed) and one progress line."""
+                  args) -> tuple:
+    """Writes one row of progress.csv (flushed); returns it and the progress line to print."""
     returns, lengths = info["returns"], info["lengths"]
     steps_per_s = lengths.sum() / info["train_time"]
     row = [state["iteration"], state["episodes"], state["env_steps"], round(state["wall_time"], 2),
@@ -807,10 +809,10 @@ def log_iteration(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: 
     csv.writer(csv_file).writerow(row)
     csv_file.flush()
     eta = (args.iterations - state["iteration"]) * state["wall_time"] / state["iteration"]
-    print(f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
-          f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
-          f"{steps_per_s:6.0f} steps/s | {fmt_time(state['wall_time'])} | ETA {fmt_time(eta)}", flush=True)
-    return [str(v) for v in row]
+    line = (f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
+            f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
+            f"{steps_per_s:6.0f} steps/s | {fmt_time(state['wall_time'])} | ETA {fmt_time(eta)}")
+    return [str(v) for v in row], line
 
 
 # ----------------------------------------------------------------------------------------------
