@@ -52,8 +52,8 @@ PRESETS = {
     # N = 32, b = 16 (not 16, 8): one rollout's chance fall weighs half as much in Eq. (5), which
     # shortened the plateau at 220-290 where the walker still falls in some episodes.
     # The run stops once a 20-episode evaluation reaches 300 (a screen) and 100 fresh episodes
-    # confirm gymnasium's "solved": a mean of at least 300 over 100 episodes. A screen at 310 (until
-    # 2026-11-23) skipped policies that pass; the confirmation alone decides (docs/ars.md).
+    # confirm gymnasium's "solved": a mean of at least 300 over 100 episodes. The screen only
+    # decides when to ask; at 310 (until 2026-11-23) it skipped policies that pass (docs/ars.md).
     "BipedalWalker-v3": dict(alpha=0.02, nu=0.03, n_directions=32, top_b=16, shift=0.0, version=2,
                              reward_clip=10.0, iterations=1000, eval_every=10, eval_episodes=20,
                              target_return=300.0, confirm_episodes=100, confirm_return=300.0),
@@ -773,10 +773,12 @@ def train(args) -> dict:
                 plot_progress(run_dir, rows, title)
             if status == "target":
                 break
+        # The run is over: a stop from here on would only interrupt its final save.
+        held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
     except KeyboardInterrupt:
         # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
         held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-        if status != "target":  # a stop after the target was reached and logged changes nothing
+        if status not in ("target", "diverged"):  # a stop after either was logged changes nothing
             status = "interrupted"
             print(f"\ninterrupted: resume with  python ars.py --resume {run_dir}", file=sys.stderr)
     except RuntimeError:  # a worker died: keep the last finished iteration to resume from

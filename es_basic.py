@@ -548,10 +548,12 @@ def train(args) -> dict:
                 plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
             if status == "target":
                 break
+        # The run is over: a stop from here on would only interrupt its final save.
+        held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
     except KeyboardInterrupt:
         # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
         held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-        if status != "target":  # a stop after the target was reached and logged changes nothing
+        if status not in ("target", "diverged"):  # a stop after either was logged changes nothing
             status = "interrupted"
             print(f"\ninterrupted: resume with  python es_basic.py --resume {run_dir}", file=sys.stderr)
     finally:

@@ -240,6 +240,21 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     assert points > 8  # every line of the second pass of the loop
 
 
+def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
+    # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved: a stop there must
+    # not turn a run that reached its target into an interrupted one (resumed, it would go on).
+    close = ars.WorkerPool.close
+
+    def stopped(self):
+        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while the workers are stopped
+        close(self)
+
+    monkeypatch.setattr(ars.WorkerPool, "close", stopped)
+    result = run(tmp_path, iterations=4, target_return=-1e9)
+    assert result["status"] == "target" and result["iteration"] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored afterwards
+
+
 class RecordingEnv(gym.Env):
     """Random observations; remembers every action it is given."""
     observation_space = gym.spaces.Box(-np.inf, np.inf, (3,))
@@ -296,8 +311,9 @@ def test_training_does_not_depend_on_evaluations(tmp_path):
     # What makes a stopping rule testable after the fact (docs/ars.md, "Why the screen is at 300"):
     # evaluations and confirmations play their own episodes and never touch the normalizer.
     rare = run(tmp_path / "a", iterations=6, eval_every=6)
-    often = run(tmp_path / "b", iterations=6, eval_every=1, eval_episodes=3, target_return=1e9,
-                confirm_episodes=2)
+    often = run(tmp_path / "b", iterations=6, eval_every=1, eval_episodes=3, target_return=-1e9,
+                confirm_episodes=2, confirm_return=1e9)  # a confirmation at every iteration, never passed
+    assert often["status"] == "done"
     np.testing.assert_array_equal(rare["M"], often["M"])
     np.testing.assert_array_equal(rare["stats"][2], often["stats"][2])
     assert rare["env_steps"] == often["env_steps"]

@@ -3,6 +3,7 @@ import glob
 import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -210,6 +211,20 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
             f"interrupted at line {n}"
         points = n
     assert points > 8  # every line of the second pass of the loop
+
+
+def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
+    # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved (as in ars.py).
+    close = es.Episodes.close
+
+    def stopped(self, interrupted=False):
+        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while the workers are stopped
+        close(self, interrupted)
+
+    monkeypatch.setattr(es.Episodes, "close", stopped)
+    result = run(tmp_path, iterations=4, target_return=-1e9)
+    assert result["status"] == "target" and result["iteration"] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_shared_helpers_are_identical_copies_of_ars():

@@ -437,6 +437,20 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     assert points > 8  # every line of the second pass of the loop
 
 
+def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
+    # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved (as in ars.py).
+    close = eo.WorkerPool.close
+
+    def stopped(self):
+        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while the workers are stopped
+        close(self)
+
+    monkeypatch.setattr(eo.WorkerPool, "close", stopped)
+    result = run(tmp_path, iterations=4, eval_every=2, target_return=-1e9)
+    assert result["status"] == "target" and result["iteration"] == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):
     rows = list(csv_rows(run(tmp_path, iterations=3, population=10, eval_prob=0.5)["run_dir"]))
     counts = [int(r["noiseless_count"]) for r in rows]

@@ -32,13 +32,20 @@ def checkpoints(run_dir: str, first: int, last: int) -> list:
     """[(iteration, path)] of the run's numbered checkpoints within [first, last]."""
     found = []
     for path in glob.glob(os.path.join(run_dir, "checkpoints", "iter_*.npz")):
-        it = int(re.search(r"iter_(\d+)\.npz$", path).group(1))
-        if first <= it <= last:
-            found.append((it, path))
+        match = re.fullmatch(r"iter_(\d+)\.npz", os.path.basename(path))  # not a left-over temporary file
+        if match and first <= int(match.group(1)) <= last:
+            found.append((int(match.group(1)), path))
     return sorted(found)
 
 
 def main(argv=None):
+    try:
+        replay(argv)
+    except (ars.UserError, KeyError, IndexError, TypeError, AttributeError, ValueError, RuntimeError) as e:
+        fail(f"cannot replay this run: {type(e).__name__}: {e}")
+
+
+def replay(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir")
     p.add_argument("--from", dest="first", type=int, default=1, help="first iteration (default 1)")
@@ -49,11 +56,16 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=1)
     a = p.parse_args(argv)
     try:
-        saved = json.load(open(os.path.join(a.run_dir, "config.json")))
         screens = [float(s) for s in a.screens.split(",")]
-        rows = {int(r[0]): r for r in ars.read_csv_rows(os.path.join(a.run_dir, "progress.csv"))}
+    except ValueError:
+        fail(f"--screens takes numbers separated by commas, not '{a.screens}'")
+    try:
+        saved = json.load(open(os.path.join(a.run_dir, "config.json")))
+        rows = {int(r[0]): r for r in ars.read_csv_rows(os.path.join(a.run_dir, "progress.csv")) if r}
     except (OSError, ValueError) as e:
         fail(f"cannot read the run '{a.run_dir}' ({e})")
+    if not isinstance(saved, dict):
+        fail(f"the config.json of '{a.run_dir}' is not a configuration")
     args = ars.build_parser().parse_args([])
     for key, value in saved.items():
         if key in vars(args):
