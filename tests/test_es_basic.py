@@ -222,9 +222,14 @@ def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
         close(self, interrupted)
 
     monkeypatch.setattr(es.Episodes, "close", stopped)
-    result = run(tmp_path, iterations=4, target_return=-1e9)
-    assert result["status"] == "target" and result["iteration"] == 2
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python ignores SIGINT in a job started in the background (as CI may be): handle it as a terminal does.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        result = run(tmp_path, iterations=4, target_return=-1e9)
+        assert result["status"] == "target" and result["iteration"] == 2
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_shared_helpers_are_identical_copies_of_ars():
