@@ -1544,6 +1544,10 @@ def main(argv=None):
     if result["status"] == "diverged":
         sys.exit(1)
     if result["status"] == "interrupted":
+        if argv is None:  # the command line: a second Ctrl-C or SIGTERM while Python shuts down
+            # (and resets its handlers to the default) would kill it instead of letting it exit with 130
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sys.exit(130)
     return result
 
