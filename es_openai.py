@@ -1168,6 +1168,12 @@ def plot_progress(run_dir: str, rows: list, title: str):
     os.replace(os.path.join(run_dir, "progress.png.tmp.png"), os.path.join(run_dir, "progress.png"))
 
 
+def hold_stops() -> dict:
+    """Ignore Ctrl-C and SIGTERM (while a stopped or finished run saves itself); returns the
+    handlers they had, to put back."""
+    return {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+
 def fmt_time(s: float) -> str:
     s = int(s)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
@@ -1359,10 +1365,10 @@ def train(args) -> dict:
                 break
         status = status or "done"
         # The run is over: a stop from here on would only interrupt its final save.
-        held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+        held = hold_stops()
     except KeyboardInterrupt:
         # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
-        held = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+        held = hold_stops()
         if status not in ("target", "diverged"):  # a stop after either was logged changes nothing
             status = "interrupted"
             print(f"\ninterrupted: resume with  python es_openai.py --resume {run_dir}", file=sys.stderr)
@@ -1546,8 +1552,7 @@ def main(argv=None):
     if result["status"] == "interrupted":
         if argv is None:  # the command line: a second Ctrl-C or SIGTERM while Python shuts down
             # (and resets its handlers to the default) would kill it instead of letting it exit with 130
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            hold_stops()
         sys.exit(130)
     return result
 

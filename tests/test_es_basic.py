@@ -234,7 +234,7 @@ def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
 
 def test_shared_helpers_are_identical_copies_of_ars():
     for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
-                 "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "Parser",
+                 "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
                  "UserError", "stop_on_sigterm", "reset_env"):
         assert inspect.getsource(getattr(es, name)) == inspect.getsource(getattr(ars, name)), name
     assert es.SHARED_COLUMNS == ars.SHARED_COLUMNS

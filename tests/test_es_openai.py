@@ -261,7 +261,7 @@ def test_elu_is_a_real_elu_and_lrelu_leaks():
 
 def test_shared_helpers_are_identical_copies():
     for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
-                 "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "Parser",
+                 "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
                  "UserError", "stop_on_sigterm", "available_cores", "make_env", "start_ray", "stop_ray",
                  "set_workers", "reset_env"):
         assert inspect.getsource(getattr(eo, name)) == inspect.getsource(getattr(ars, name)), name
