@@ -128,7 +128,7 @@ class UserError(Exception):
 
 def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
     """Fill unset flags from the preset, then check every option and their combinations before
-    anything runs (the seeds' asserts become these messages)."""
+    anything runs (the source notebooks' asserts become these messages)."""
     for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
@@ -387,7 +387,7 @@ def normc_init(sizes: list, rng: np.random.Generator) -> np.ndarray:
 
 
 def elu(z: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """A real ELU, z for z > 0 and exp(z) - 1 below (the seed notebooks mapped elu to a leaky ReLU)."""
+    """A real ELU, z for z > 0 and exp(z) - 1 below (the Keras notebooks this script grew from mapped elu to a leaky ReLU)."""
     out[:] = np.where(z > 0, z, np.expm1(np.minimum(z, 0.0)))
     return out
 
