@@ -464,7 +464,8 @@ def stop_on_sigterm(signum, frame):
 # ----------------------------------------------------------------------------------------------
 
 def es_iteration(episodes: Episodes, theta: np.ndarray, t: int, args) -> tuple:
-    """Sample, evaluate, shape, step. Returns (new theta, returns, lengths, gradient)."""
+    """One ascent step on the smoothed objective J(theta) = E[R(theta + sigma eps)] of Eq. (1):
+    sample, evaluate, shape, step. Returns (new theta, returns, lengths, gradient)."""
     n = args.population
     returns, lengths = episodes.run(run_members, theta, t, n)  # R_j of theta +/- sigma eps_i (Eq. 2)
     F = shape_fitness(returns, args.fitness)  # Eq. (4)

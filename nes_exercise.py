@@ -146,9 +146,10 @@ def update_mean_policy(policy: dict, seeds: list, F_plus: np.ndarray, F_minus: n
 # Part 4: the evaluation that runs on a worker
 # ==============================================================================================
 def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple:
-    """Runs on a worker process (or a Ray worker). Rebuild the pair of `seed` with mirrored_pair,
-    play one episode with each policy, both from the same env_seed = seed (see rollout), and
-    return (seed, return_plus, return_minus): the seed and two numbers, never the weights."""
+    """Eqs. (2), (3): the returns R+ and R- of one pair. Runs on a worker process (or a Ray worker).
+    Rebuild the pair of `seed` with mirrored_pair, play one episode with each policy, both from the
+    same env_seed = seed (see rollout), and return (seed, return_plus, return_minus): the seed and
+    two numbers, never the weights."""
     # YOUR CODE HERE (part 4)
     raise NotImplementedError("Part 4: rebuild the pair from the seed, play both episodes, return (seed, R+, R-)")
     # END OF YOUR CODE
@@ -199,7 +200,7 @@ class RayExecutor:
         except ImportError:
             print("nes_exercise.py: error: --ray needs Ray, which is not installed: pip install ray", file=sys.stderr)
             sys.exit(2)
-        host, _, port = (address or "").rpartition(":")
+        host, _, port = (address or "").replace("ray://", "").rpartition(":")
         if host and port.isdigit():  # Ray itself would retry an unreachable address for minutes
             try:
                 socket.create_connection((host, int(port)), timeout=10).close()
