@@ -53,7 +53,7 @@ PRESETS = {
     # shortened the plateau at 220-290 where the walker still falls in some episodes.
     # The run stops once a 20-episode evaluation reaches 300 (a screen) and 100 fresh episodes
     # confirm gymnasium's "solved": a mean of at least 300 over 100 episodes. The screen only
-    # decides when to ask; at 310 (until 2026-11-23) it skipped policies that pass (docs/ars.md).
+    # decides when to ask; a screen at 310 skipped policies that pass (docs/ars.md, "Why the screen is at 300").
     "BipedalWalker-v3": dict(alpha=0.02, nu=0.03, n_directions=32, top_b=16, shift=0.0, version=2,
                              reward_clip=10.0, iterations=1000, eval_every=10, eval_episodes=20,
                              target_return=300.0, confirm_episodes=100, confirm_return=300.0),
@@ -194,12 +194,14 @@ TRAIN, TRAIN_ENV, EVAL = 0, 1, 2  # first word of a stream key: what the stream 
 
 
 def sample_direction(seed: int, iteration: int, k: int, shape: tuple) -> np.ndarray:
-    """delta_k ~ N(0, I) with the shape of M; master and worker regenerate it from its name."""
+    """delta_k ~ N(0, I) with the shape of M; master and worker regenerate it from its name
+    (deviation: the official code reads it from a shared noise table instead)."""
     return stream(seed, TRAIN, iteration, k).standard_normal(shape)  # (p, n)
 
 
 def select_top_b(r_plus: np.ndarray, r_minus: np.ndarray, b: int) -> np.ndarray:
-    """Eq. (4): indices of the b directions with the largest max(r+, r-), best first."""
+    """Eq. (4): indices of the b directions with the largest max(r+, r-), best first (the official
+    code keeps those above a percentile instead, which can keep more than b when returns tie)."""
     return np.argsort(-np.maximum(r_plus, r_minus), kind="stable")[:b]
 
 
@@ -208,7 +210,7 @@ def ars_update(M: np.ndarray, deltas: np.ndarray, r_plus: np.ndarray, r_minus: n
     """Eqs. (4)-(5): M + alpha / (b sigma_R) sum_{k in top b} (r+_k - r-_k) delta_k.
     Returns (new M, sigma_R)."""
     top = select_top_b(r_plus, r_minus, b)
-    sigma_R = float(np.concatenate([r_plus[top], r_minus[top]]).std())  # population std (ddof 0), as the paper
+    sigma_R = float(np.concatenate([r_plus[top], r_minus[top]]).std())  # ddof 0, as the official code
     if not sigma_R > 0:  # all 2b returns equal: no direction is better, take no step
         return M.copy(), sigma_R
     step = np.tensordot(r_plus[top] - r_minus[top], deltas[top], axes=1)  # (p, n)
@@ -216,7 +218,7 @@ def ars_update(M: np.ndarray, deltas: np.ndarray, r_plus: np.ndarray, r_minus: n
 
 
 def merge_stats(a: tuple, b: tuple) -> tuple:
-    """Eq. (6): Chan et al.'s parallel merge of (count, mean, M2) where M2 = sum (x - mean)^2."""
+    """Eq. (6): Chan et al.'s parallel merge of (count, mean, m2) where m2 = sum (x - mean)^2."""
     (na, mean_a, m2_a), (nb, mean_b, m2_b) = a, b
     n = na + nb
     if n == 0:
@@ -226,13 +228,13 @@ def merge_stats(a: tuple, b: tuple) -> tuple:
 
 
 def batch_stats(x: np.ndarray) -> tuple:
-    """(count, mean, M2) of the rows of x."""
+    """(count, mean, m2) of the rows of x."""
     mean = x.mean(axis=0)
     return x.shape[0], mean, ((x - mean) ** 2).sum(axis=0)
 
 
 def normalizer(stats: tuple, version: int):
-    """(mu, 1/sigma) of Eq. (2); V1 and empty statistics give the identity. Near-constant
+    """(mu, 1/sigma) of Eq. (2); V1 and fewer than 2 states give the identity. Near-constant
     features get 1/sigma = 0 instead of a huge gain (the official code does the same with
     sigma = inf below 1e-7; it also uses the n - 1 variance, a negligible difference)."""
     n, mean, m2 = stats
@@ -281,7 +283,7 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     c = -W @ mu
     low, high = env.action_space.low, env.action_space.high
     dot, add, maximum, minimum, step = np.dot, np.add, np.maximum, np.minimum, env.step  # looked up once
-    x, _ = reset_env(env, env_seed)  # both rollouts of a pair share env_seed (the official code does not)
+    x, _ = reset_env(env, env_seed)
     observed = [x] if keep_obs else None
     total, shaped, steps = 0.0, 0.0, 0
     while True:
@@ -296,12 +298,14 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
         x, r, terminated, truncated, _ = step(a)
         steps += 1
         total += r
+        # Eq. (3)'s shaped reward. Deviation: the clip is this repository's option (the BipedalWalker
+        # preset's); neither the paper nor the official code clips rewards. The shift is the paper's.
         shaped += (max(-reward_clip, min(reward_clip, r)) if reward_clip else r) - shift
         if frames is not None:
             frames.append(env.render())
         if terminated or truncated:
             break
-        if keep_obs:
+        if keep_obs:  # the state the next action sees; the terminal one is never acted on (as the official code)
             observed.append(x)
     stats = batch_stats(np.asarray(observed, dtype=np.float64)) if keep_obs else None
     return float(total), float(shaped), steps, stats
@@ -320,15 +324,17 @@ class Rollouts:
         self.params = (iteration, M, mu, inv_sigma, nu)
 
     def job(self, kind: str, index: int) -> tuple:
-        """("train", k): the mirrored pair of direction k (Eq. 3); ("eval", j): evaluation episode j,
-        noiseless, unshifted, and never seen by the normalizer. Returns scalars and statistics only."""
+        """("train", k): the mirrored pair of direction k (Eq. 3); ("eval", i): evaluation episode i,
+        noiseless, unshifted, unclipped, and never seen by the normalizer. Returns scalars and
+        statistics only."""
         iteration, M, mu, inv_sigma, nu = self.params
         self.env = self.env or make_env(self.env_id, self.episode_length)
         if kind == "train":
             delta = sample_direction(self.seed, iteration, index, M.shape)
             env_seed = int(stream(self.seed, TRAIN_ENV, iteration, index).integers(2**31))
-            plus = rollout(self.env, M + nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, True)
-            minus = rollout(self.env, M - nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, True)
+            # Both rollouts of the pair on the same env_seed (Eq. 3; the official code does not reseed).
+            plus = rollout(self.env, M + nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, keep_obs=True)
+            minus = rollout(self.env, M - nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, keep_obs=True)
             return "train", index, plus, minus
         env_seed = int(stream(self.seed, EVAL, iteration, index).integers(2**31))
         return "eval", index, rollout(self.env, M, mu, inv_sigma, env_seed)

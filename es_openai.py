@@ -83,10 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--optimizer", choices=("adam", "sgd", "plain"), default="adam",
       help="adam, sgd (with momentum) or plain gradient steps")
     a("--alpha", type=float, help="α, the optimizer's step size (typ. 0.001-0.03)")
-    a("--momentum", type=float, default=0.9, help="SGD momentum (typ. 0.9)")
+    a("--momentum", type=float, default=0.9, help="μ, SGD momentum (typ. 0.9)")
     a("--beta1", type=float, default=0.9, help="Adam β1")
     a("--beta2", type=float, default=0.999, help="Adam β2")
-    a("--l2coeff", type=float, help="L2 weight decay coefficient (typ. 0-0.01; paper 0.005)")
+    a("--l2coeff", type=float, help="λ, L2 weight decay coefficient (typ. 0-0.01; starter 0.005)")
     a("--fitness", choices=("centered_rank", "sign", "centered_sign_rank", "none"), default="centered_rank",
       help="return_proc_mode: how returns become weights (Eqs. 4-5)")
     a("--no-mirror", dest="mirror", action="store_false", help="plain sampling instead of mirrored pairs")
@@ -95,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--no-obs-norm", dest="obs_norm", action="store_false", help="feed raw observations to the policy")
     a("--calc-obstat-prob", type=float, default=0.01,
       help="share of training pairs whose observations update the statistics (typ. 0.01)")
-    a("--ac-noise-std", type=float, help="std of the noise added to training actions (Box only; "
+    a("--ac-noise-std", type=float, help="σ_a, std of the noise added to training actions (Box only; "
       "default 0.01 for Box, 0 for Discrete)")
     a("--ac-bins", type=int, help="discretize each action dimension into K uniform bins (0: continuous)")
-    a("--eval-prob", type=float, default=0.0, help="share of episodes run with the noiseless policy "
-      "(paper 0.003)")
+    a("--eval-prob", type=float, default=0.0, help="share of population jobs (pairs, or single episodes "
+      "with --no-mirror) replaced by one episode of the noiseless policy (starter 0.003)")
     a("--noise-size", type=int, default=250_000_000, help="float32 numbers in the noise table (paper 250M, 1 GB)")
     a("--noise-seed", type=int, default=123, help="seed of the noise table (paper 123)")
     a("--episode-length", type=int, help="steps per episode (default: the env's time limit)")
@@ -224,7 +224,7 @@ def stream(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([seed, *key]))
 
 
-TRAIN, EVAL, INIT = 0, 2, 3  # first word of a stream key: what the stream is for
+TRAIN, EVAL, INIT = 0, 2, 3  # first word of a stream key: what the stream is for (EVAL = 2 as in ars.py)
 
 
 def centered_ranks(x: np.ndarray) -> np.ndarray:
@@ -240,9 +240,9 @@ def centered_ranks(x: np.ndarray) -> np.ndarray:
 def shape_fitness(returns: np.ndarray, sign_returns: np.ndarray, mode: str) -> np.ndarray:
     """Eqs. (4)-(5), return_proc_mode. returns, sign_returns: (m, 2) mirrored or (m, 1); ranks are
     taken over all of them together, as the paper does."""
-    if mode == "centered_rank":
+    if mode == "centered_rank":  # deviation: tied returns share their average rank (the starter's argsort splits them)
         return centered_ranks(returns.ravel()).reshape(returns.shape)
-    if mode == "sign":  # sum over the episode of sign(r_t): how often the reward was positive
+    if mode == "sign":  # sum over the episode of sign(r_t): positive steps minus negative steps
         return sign_returns.astype(np.float64)
     if mode == "centered_sign_rank":
         return centered_ranks(sign_returns.ravel()).reshape(returns.shape)
@@ -257,7 +257,7 @@ def pair_weights(F: np.ndarray) -> np.ndarray:
 def batched_weighted_sum(weights: np.ndarray, indices: np.ndarray, table: np.ndarray, dim: int,
                          batch_size: int = 500) -> np.ndarray:
     """sum_i w_i eps_i with eps_i = table[idx_i : idx_i + dim], as a few (batch, dim) products
-    instead of a Python loop over vectors (the paper's batch of 500, smaller for wide policies)."""
+    instead of a Python loop over vectors (the starter code's batch of 500, smaller for wide policies)."""
     batch_size = max(1, min(batch_size, (64 << 20) // (4 * dim)))  # at most 64 MB of noise at once
     total = np.zeros(dim, dtype=np.float32)
     for start in range(0, len(weights), batch_size):
@@ -269,12 +269,12 @@ def batched_weighted_sum(weights: np.ndarray, indices: np.ndarray, table: np.nda
 
 def es_gradient(F: np.ndarray, indices: np.ndarray, table: np.ndarray, dim: int) -> np.ndarray:
     """Eq. (6): g = (1/n) sum_i w_i eps_i, with n the number of episodes. The factor 1/sigma of the
-    true gradient (Eq. 2) is not applied here: Adam and SGD fold it into alpha, as the paper's code does."""
+    true gradient (Eq. 2) is not applied here: Adam and SGD fold it into alpha, as the starter code does."""
     return batched_weighted_sum(pair_weights(F), indices, table, dim) / F.size
 
 
 class Adam:
-    """Eq. (7) (Kingma & Ba 2015), in the form of the paper's code: the bias corrections go into
+    """Eq. (7) (Kingma & Ba 2015), in the form of the starter code: the bias corrections go into
     the step size and epsilon stays outside them."""
 
     def __init__(self, dim: int, alpha: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8):
@@ -296,7 +296,7 @@ class Adam:
 
 
 class SGD(Adam):
-    """Eq. (8): v <- mu v + (1 - mu) grad; step = -alpha v (the paper's code's momentum form)."""
+    """Eq. (8): v <- mu v + (1 - mu) grad; step = -alpha v (the starter code's momentum form)."""
 
     def __init__(self, dim: int, alpha: float, momentum: float = 0.9):
         super().__init__(dim, alpha)
@@ -331,7 +331,8 @@ def update(theta: np.ndarray, g: np.ndarray, optimizer: Adam, args) -> np.ndarra
 
 class RunningStat:
     """Eq. (9): observation statistics as sums (sum, sum of squares, count), which add up across
-    workers with no special formula; the paper's small start count 1e-2 and std floor 0.1."""
+    workers with no special formula; the starter code's small start count 1e-2 and std floor 0.1
+    (deviation: the sums are float64 here, float32 there)."""
 
     def __init__(self, dim: int, eps: float = 1e-2):
         self.sum, self.sumsq, self.count = np.zeros(dim), np.full(dim, eps), eps
@@ -364,7 +365,7 @@ def n_params(sizes: list) -> int:
 
 
 def unflatten(theta: np.ndarray, sizes: list) -> list:
-    """Views [(W, b), ...] into theta, W of shape (n_in, n_out) as in the paper's code: h @ W + b."""
+    """Views [(W, b), ...] into theta, W of shape (n_in, n_out) as in the starter code: h @ W + b."""
     layers, at = [], 0
     for n_in, n_out in zip(sizes[:-1], sizes[1:]):
         W = theta[at:at + n_in * n_out].reshape(n_in, n_out)
@@ -395,7 +396,7 @@ def elu(z: np.ndarray, out: np.ndarray) -> np.ndarray:
 ACTIVATIONS = {  # f(z, out): writes the activation of z into out
     "tanh": np.tanh,
     "relu": lambda z, out: np.maximum(z, 0.0, out=out),
-    "lrelu": lambda z, out: np.maximum(z, 0.01 * z, out=out),  # leaky ReLU, slope 0.01 below zero
+    "lrelu": lambda z, out: np.maximum(z, 0.01 * z, out=out),  # slope 0.01 below zero (deviation: starter 0.2)
     "elu": elu,
 }
 
@@ -441,7 +442,7 @@ class Policy:
             y = self.bin_values[self.rows, np.argmax(y.reshape(len(self.low), self.bins), axis=1)]
         if noise is not None:  # action noise, training rollouts only
             y += noise
-        # Deviation: actions are clipped to the bounds (the paper's code hands them to the env as they are).
+        # Deviation: actions are clipped to the bounds (the starter code hands them to the env as they are).
         return np.minimum(np.maximum(y, self.low), self.high)
 
 
@@ -507,6 +508,7 @@ class NoiseTable:
     def __init__(self, size: int, seed: int):
         self.shm = shared_memory.SharedMemory(create=True, size=4 * size)
         self.table = np.ndarray((size,), dtype=np.float32, buffer=self.shm.buf)
+        # Deviation: numpy's PCG64 in float32, not the starter code's RandomState(123).randn (another table).
         rng, chunk = np.random.default_rng(seed), 1 << 24
         try:
             for start in range(0, size, chunk):
@@ -672,12 +674,15 @@ def run_jobs(w: dict, task: dict, jobs: list) -> list:
     for i, (kind, generation, k) in enumerate(jobs):
         if kind == "eval":  # --eval-every: the noiseless policy on evaluation seeds
             env_seed = int(stream(w["seed"], EVAL, generation, k).integers(2**31))
-            results[i] = rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2]  # (return, length)
+            ret, _, length, _ = rollout(w["env"], Policy(task["theta"], *spec), env_seed)
+            results[i] = (ret, length)
             continue
         rng, noiseless = job_kind(w["seed"], generation, k, w["eval_prob"])
-        env_seed = int(rng.integers(2**31))  # both rollouts of a pair share the environment seed
+        # Both rollouts of a pair share the environment seed (deviation: the starter code does not reseed).
+        env_seed = int(rng.integers(2**31))
         if noiseless:
-            results[i] = ("noiseless", *rollout(w["env"], Policy(task["theta"], *spec), env_seed)[::2])
+            ret, _, length, _ = rollout(w["env"], Policy(task["theta"], *spec), env_seed)
+            results[i] = ("noiseless", ret, length)
             continue
         job = dict(perturb(w, task, rng), i=i, rng=rng, env_seed=env_seed)
         if w["mirror"]:
@@ -706,7 +711,7 @@ def perturb(w: dict, task: dict, rng) -> dict:
     t_job = time.perf_counter()
     dim = task["theta"].size
     idx = w["noise"].sample_index(rng, dim)
-    keep_obs = bool(rng.random() < w["calc_obstat_prob"])
+    keep_obs = bool(rng.random() < w["calc_obstat_prob"])  # per pair (deviation: per episode in the starter code)
     t0 = time.perf_counter()
     eps = w["noise"].get(idx, dim)
     t1 = time.perf_counter()
@@ -1248,7 +1253,7 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
     optimizer, ob_stat = copy.deepcopy(state["optimizer"]), copy.deepcopy(state["ob_stat"])
     F = shape_fitness(returns, sign_returns, args.fitness)  # Eqs. (4)-(5)
     g = es_gradient(F, indices, noise.table, state["theta"].size)  # Eq. (6)
-    theta = update(state["theta"], g, optimizer, args)  # Eqs. (7)-(8)
+    theta = update(state["theta"], g, optimizer, args)  # Eq. (7), (8) or (3), with weight decay
     ob_count = 0.0
     for r in pairs:  # Eq. (9): the new observations count from the next generation on
         if r[5] is not None:
