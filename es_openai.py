@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--seed", type=int, default=0, help="decides every random number of the run except the noise table")
     a("--iterations", type=int, help="generations, updates of theta (preset)")
     a("--population", type=int, help="n, training episodes per generation, population_size (typ. 40-10000)")
-    a("--min-timesteps", type=int, default=0, help="a generation also needs this many env steps (paper: "
+    a("--min-timesteps", type=int, default=0, help="a generation also needs this many env steps (starter: "
       "100000; 0: off)")
     a("--sigma", type=float, help="σ, noise_stdev, std of the parameter noise (typ. 0.01-0.05)")
     a("--optimizer", choices=("adam", "sgd", "plain"), default="adam",
@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--ac-bins", type=int, help="discretize each action dimension into K uniform bins (0: continuous)")
     a("--eval-prob", type=float, default=0.0, help="share of population jobs (pairs, or single episodes "
       "with --no-mirror) replaced by one episode of the noiseless policy (starter 0.003)")
-    a("--noise-size", type=int, default=250_000_000, help="float32 numbers in the noise table (paper 250M, 1 GB)")
-    a("--noise-seed", type=int, default=123, help="seed of the noise table (paper 123)")
+    a("--noise-size", type=int, default=250_000_000, help="float32 numbers in the noise table (starter 250M, 1 GB)")
+    a("--noise-seed", type=int, default=123, help="seed of the noise table (starter 123)")
     a("--episode-length", type=int, help="steps per episode (default: the env's time limit)")
     a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
     a("--lockstep", type=int, default=4, metavar="P", help="P, mirrored pairs a worker steps together, one "

@@ -322,10 +322,10 @@ def test_a_reachable_ray_client_url_passes_the_address_check(script, monkeypatch
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw["address"]))
+    monkeypatch.setattr(ars, "RAY_STARTED", [])  # nothing is started: stop_ray() must not shut anything down
+    monkeypatch.setattr(eo, "RAY_STARTED", [])
     try:
         start(address)
     finally:
         server.close()
-        ars.RAY_STARTED.clear()  # nothing was started: do not let stop_ray() shut it down
-        eo.RAY_STARTED.clear()
     assert calls == [address]
