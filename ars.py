@@ -755,7 +755,8 @@ def train(args) -> dict:
     title = f"ARS V{args.version}{'-t' if args.top_b < args.n_directions else ''} on {args.env}"
     pool = (RayPool if args.ray else WorkerPool)(args.workers, args.env, args.episode_length, args.seed, args.shift,
                                                  args.reward_clip)
-    evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
+    col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
+    evals = [float(r[col]) for r in rows if r[col] not in ("", "nan")]
     last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
     held = {}  # signal handlers set aside while an interrupted run saves its state
     try:
@@ -771,7 +772,7 @@ def train(args) -> dict:
             ev = np.array([np.nan])
             if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
                 ev = evaluate(pool, new["iteration"], new["M"], new["stats"], args, range(args.eval_episodes))
-            reached, confirm = target_reached(pool, new, ev, args)
+            reached, confirm = target_reached(pool, new, ev, args)  # plays the confirmation episodes, if any
             new = dict(new, wall_time=time.time() - t_start)
             shown = last_eval if np.isnan(ev).all() else ev.mean()
             row, line = log_iteration(csv_file, new, info, ev, shown, confirm, args)

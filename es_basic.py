@@ -514,7 +514,8 @@ def train(args) -> dict:
     csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
     print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
     episodes = Episodes(args.workers, args.env, args.seed, sizes, args.activation, args.sigma, args.mirror)
-    evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
+    col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
+    evals = [float(r[col]) for r in rows if r[col] not in ("", "nan")]
     last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
     held = {}  # signal handlers set aside while an interrupted run saves its state
     try:

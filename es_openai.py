@@ -1340,7 +1340,8 @@ def train(args) -> dict:
     except BaseException:  # the shared table never outlives a run that could not start
         noise.close()
         raise
-    evals = [float(r[8]) for r in rows if r[8] not in ("", "nan")]
+    col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
+    evals = [float(r[col]) for r in rows if r[col] not in ("", "nan")]
     last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], None
     title = f"OpenAI ES on {args.env}"
     held = {}  # signal handlers set aside while an interrupted run saves its state
