@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ars
-from conftest import interrupted_runs
+from conftest import interrupted_runs, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -243,21 +243,9 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
 def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
     # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved: a stop there must
     # not turn a run that reached its target into an interrupted one (resumed, it would go on).
-    close = ars.WorkerPool.close
-
-    def stopped(self):
-        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while the workers are stopped
-        close(self)
-
-    monkeypatch.setattr(ars.WorkerPool, "close", stopped)
-    # Python ignores SIGINT in a job started in the background (as CI may be): handle it as a terminal does.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        result = run(tmp_path, iterations=4, target_return=-1e9)
-        assert result["status"] == "target" and result["iteration"] == 2
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored afterwards
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    result, handler = sigint_during_close(monkeypatch, ars.WorkerPool, lambda: run(tmp_path, iterations=4, target_return=-1e9))
+    assert result["status"] == "target" and result["iteration"] == 2
+    assert handler is signal.default_int_handler  # the script restored the handler it held
 
 
 class RecordingEnv(gym.Env):

@@ -14,7 +14,7 @@ import pytest
 
 import ars
 import es_basic as es
-from conftest import interrupted_runs
+from conftest import interrupted_runs, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -215,21 +215,9 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
 
 def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
     # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved (as in ars.py).
-    close = es.Episodes.close
-
-    def stopped(self, interrupted=False):
-        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while the workers are stopped
-        close(self, interrupted)
-
-    monkeypatch.setattr(es.Episodes, "close", stopped)
-    # Python ignores SIGINT in a job started in the background (as CI may be): handle it as a terminal does.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        result = run(tmp_path, iterations=4, target_return=-1e9)
-        assert result["status"] == "target" and result["iteration"] == 2
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    result, handler = sigint_during_close(monkeypatch, es.Episodes, lambda: run(tmp_path, iterations=4, target_return=-1e9))
+    assert result["status"] == "target" and result["iteration"] == 2
+    assert handler is signal.default_int_handler  # the script restored the handler it held
 
 
 def test_shared_helpers_are_identical_copies_of_ars():

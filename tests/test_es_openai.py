@@ -17,7 +17,7 @@ import pytest
 import ars
 import es_basic
 import es_openai as eo
-from conftest import interrupted_runs
+from conftest import interrupted_runs, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers are forked")
@@ -439,21 +439,9 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
 
 def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
     # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved (as in ars.py).
-    close = eo.WorkerPool.close
-
-    def stopped(self):
-        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while the workers are stopped
-        close(self)
-
-    monkeypatch.setattr(eo.WorkerPool, "close", stopped)
-    # Python ignores SIGINT in a job started in the background (as CI may be): handle it as a terminal does.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        result = run(tmp_path, iterations=4, eval_every=2, target_return=-1e9)
-        assert result["status"] == "target" and result["iteration"] == 2
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    result, handler = sigint_during_close(monkeypatch, eo.WorkerPool, lambda: run(tmp_path, iterations=4, eval_every=2, target_return=-1e9))
+    assert result["status"] == "target" and result["iteration"] == 2
+    assert handler is signal.default_int_handler  # the script restored the handler it held
 
 
 def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):

@@ -10,11 +10,11 @@ the time workers wait for the master: pipes, hand-out, and the tail of an iterat
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import ars  # noqa: E402
+from ars_throughput import ars_training  # noqa: E402  (the same short training, N = b = 8, no evaluation)
 
 
 def main():
@@ -23,6 +23,12 @@ def main():
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--iterations", type=int, default=10)
     a = p.parse_args()
+    if a.iterations < 2 or a.workers < 1:
+        p.error("--iterations must be at least 2 (the first is left out) and --workers at least 1")
+    try:
+        ars.check_env(a.env)
+    except ars.UserError as e:
+        p.error(str(e))
     job, run, seen = ars.Rollouts.job, ars.WorkerPool.run, []
 
     def timed_job(self, *args):  # runs in the worker (forked after this patch)
@@ -35,17 +41,8 @@ def main():
         seen.append((time.perf_counter() - t, sum(v[-1] for v in out.values())))
         return out
 
-    ars.Rollouts.job, ars.WorkerPool.run = timed_job, timed_run
-    with tempfile.TemporaryDirectory() as out:
-        args = ars.resolve_config(ars.build_parser().parse_args(
-            ["--env", a.env, "--iterations", str(a.iterations), "--n-directions", "8", "--top-b", "8",
-             "--workers", str(a.workers), "--eval-every", str(10**6), "--eval-episodes", "1", "--out-dir", out]))
-        devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
-        try:
-            ars.train(args)
-        finally:
-            sys.stdout.close()
-            sys.stdout = devnull
+    ars.Rollouts.job, ars.WorkerPool.run = timed_job, timed_run  # the workers are forked after this
+    ars_training(a.env, a.workers, a.iterations, n_directions=8)
     train = seen[1:a.iterations]  # the first iteration also creates the environments; the last call is the final evaluation
     for i, (wall, busy) in enumerate(train, start=2):
         print(f"iteration {i}: {wall:.3f} s, workers busy {busy / wall / a.workers:.4f}")
