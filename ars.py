@@ -739,77 +739,111 @@ def start_run(args, obs_dim: int, act_dim: int) -> tuple:
     return make_run_dir(args.out_dir, args.env, "ars", args.seed), state, []
 
 
+def evaluate_if_due(pool: WorkerPool, state: dict, args) -> np.ndarray:
+    """Every --eval-every iterations and at the last one: evaluate(); otherwise [nan]."""
+    if state["iteration"] % args.eval_every and state["iteration"] != args.iterations:
+        return np.array([np.nan])
+    return evaluate(pool, state["iteration"], state["M"], state["stats"], args, range(args.eval_episodes))
+
+
+class Run:
+    """The bookkeeping around the algorithm: the run directory (config.json, progress.csv,
+    checkpoints, progress.png), the progress line, the worker processes, and how a run ends."""
+
+    def __init__(self, args):
+        obs_dim, act_dim = check_env(args.env, args.episode_length)
+        self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
+        self.dir, self.state, self.rows = start_run(args, obs_dim, act_dim)
+        try:
+            write_json(os.path.join(self.dir, "config.json"), {**vars(args), "run_dir": self.dir, "versions": versions()})
+        except OSError as e:  # a resumed run's folder that cannot be written
+            raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
+        if not args.resume:
+            checkpoint(self.dir, self.state, args)  # iteration 0: a run that fails early can still be resumed
+        write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
+        self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
+        print(f"run directory: {self.dir}", flush=True)
+        self.title = f"ARS V{args.version}{'-t' if args.top_b < args.n_directions else ''} on {args.env}"
+        self.pool = (RayPool if args.ray else WorkerPool)(args.workers, args.env, args.episode_length, args.seed,
+                                                          args.shift, args.reward_clip)
+        col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
+        evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
+        self.last_eval = evals[-1] if evals else np.nan
+        self.t_start = time.time() - self.state["wall_time"]
+
+    def log(self, new: dict, info: dict, ev: np.ndarray, confirm: np.ndarray) -> tuple:
+        """Writes a row of progress.csv (flushed); returns `new` with its wall time, and the progress line."""
+        new = dict(new, wall_time=time.time() - self.t_start)
+        self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
+        row, line = log_iteration(self.csv, new, info, ev, self.last_eval, confirm, self.args)
+        self.rows.append(row)
+        return new, line
+
+    def save_if_due(self, state: dict, ev: np.ndarray):
+        """A checkpoint and a new progress.png every --save-every iterations and after every evaluation."""
+        if state["iteration"] % self.args.save_every == 0 or not np.isnan(ev).all():
+            checkpoint(self.dir, state, self.args)
+            plot_progress(self.dir, self.rows, self.title)
+
+    def interrupted(self, status: str) -> str:
+        """Ctrl-C or SIGTERM: a second one (a shell or `timeout` often sends one) waits until the
+        state is saved. A stop after the target or a divergence was logged changes nothing."""
+        self.held = hold_stops()
+        if status in ("target", "diverged"):
+            return status
+        print(f"\ninterrupted: resume with  python ars.py --resume {self.dir}", file=sys.stderr)
+        return "interrupted"
+
+    def close(self):
+        self.pool.close()
+        self.csv.close()
+
+    def finish(self, state: dict, status: str) -> dict:
+        """The final checkpoint (the last good state: a diverged update never enters it), plot and report."""
+        checkpoint(self.dir, state, self.args)
+        if self.rows:
+            plot_progress(self.dir, self.rows, self.title)
+        if status == "target":
+            print(f"target {self.args.target_return} reached at iteration {state['iteration']}: "
+                  f"{state['episodes']} episodes, {state['env_steps']} env steps, "
+                  f"{fmt_time(state['wall_time'])}", flush=True)
+        for signum, handler in self.held.items():
+            signal.signal(signum, handler)
+        return dict(state, run_dir=self.dir, status=status)
+
+
 def train(args) -> dict:
-    """The run: iterations, evaluations, logging and checkpoints. Returns the final state."""
-    obs_dim, act_dim = check_env(args.env, args.episode_length)
-    run_dir, state, rows = start_run(args, obs_dim, act_dim)
-    try:
-        write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
-    except OSError as e:  # a resumed run's folder that cannot be written
-        raise UserError(f"cannot write to the run directory '{run_dir}': {e.strerror}") from None
-    if not args.resume:
-        checkpoint(run_dir, state, args)  # iteration 0: a run that fails early can still be resumed
-    write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
-    csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
-    print(f"run directory: {run_dir}", flush=True)
-    title = f"ARS V{args.version}{'-t' if args.top_b < args.n_directions else ''} on {args.env}"
-    pool = (RayPool if args.ray else WorkerPool)(args.workers, args.env, args.episode_length, args.seed, args.shift,
-                                                 args.reward_clip)
-    col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
-    evals = [float(r[col]) for r in rows if r[col] not in ("", "nan")]
-    last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
-    held = {}  # signal handlers set aside while an interrupted run saves its state
+    """The run, line by line as the pseudocode of docs/ars.md: iterations of Algorithm 2
+    (ars_iteration), evaluations, the log and checkpoints (Run). Returns the final state."""
+    run = Run(args)  # M_0 = 0 and stats = (0, 0, 0), or both loaded by --resume; the workers start
+    state, status = run.state, "done"
     try:
         while state["iteration"] < args.iterations:
-            new, info = ars_iteration(pool, state, args)
+            new, info = ars_iteration(run.pool, state, args)  # N pairs, Eqs. (3)-(6)
             if not info["finite"]:
                 status = "diverged"
                 print(f"NaN or inf at iteration {new['iteration']}: the run stops; the last good checkpoint "
                       "is kept (try a smaller --alpha or --nu)", file=sys.stderr)
                 break
-            # `new` becomes `state` only once evaluated and logged: an interrupt before that leaves
-            # `state` at the last logged iteration, and --resume redoes this one, evaluation included.
-            ev = np.array([np.nan])
-            if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
-                ev = evaluate(pool, new["iteration"], new["M"], new["stats"], args, range(args.eval_episodes))
-            reached, confirm = target_reached(pool, new, ev, args)  # plays the confirmation episodes, if any
-            new = dict(new, wall_time=time.time() - t_start)
-            shown = last_eval if np.isnan(ev).all() else ev.mean()
-            row, line = log_iteration(csv_file, new, info, ev, shown, confirm, args)
-            rows.append(row)
-            # Logged: only now may a checkpoint hold it, with whether it reached the target (a row
-            # written before an interrupt is dropped and redone on --resume, like the iteration).
-            state, last_eval, status = new, shown, ("target" if reached else status)
-            print(line, flush=True)
-            if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
-                checkpoint(run_dir, state, args)
-                plot_progress(run_dir, rows, title)
+            ev = evaluate_if_due(run.pool, new, args)
+            reached, confirm = target_reached(run.pool, new, ev, args)  # plays the confirmation episodes, if any
+            new, line = run.log(new, info, ev, confirm)
+            # Logged: only now may `state`, and so a checkpoint, hold it. An interrupt before this
+            # leaves `state` at the last logged iteration, and --resume redoes this one (its row dropped).
+            state, status = new, ("target" if reached else status)
+            print(line, flush=True)  # an iteration shown is an iteration saved, whenever the run stops
+            run.save_if_due(state, ev)
             if status == "target":
                 break
-        # The run is over: a stop from here on would only interrupt its final save.
-        held = hold_stops()
+        run.held = hold_stops()  # the run is over: a stop from here on would only interrupt its final save
     except KeyboardInterrupt:
-        # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
-        held = hold_stops()
-        if status not in ("target", "diverged"):  # a stop after either was logged changes nothing
-            status = "interrupted"
-            print(f"\ninterrupted: resume with  python ars.py --resume {run_dir}", file=sys.stderr)
+        status = run.interrupted(status)
     except RuntimeError:  # a worker died: keep the last finished iteration to resume from
-        checkpoint(run_dir, state, args)
+        checkpoint(run.dir, state, args)
         raise
     finally:
-        pool.close()
-        csv_file.close()
-    checkpoint(run_dir, state, args)  # the last good state: a diverged update never enters it
-    if rows:
-        plot_progress(run_dir, rows, title)
-    if status == "target":
-        print(f"target {args.target_return} reached at iteration {state['iteration']}: "
-              f"{state['episodes']} episodes, {state['env_steps']} env steps, "
-              f"{fmt_time(state['wall_time'])}", flush=True)
-    for signum, handler in held.items():
-        signal.signal(signum, handler)
-    return dict(state, run_dir=run_dir, status=status)
+        run.close()
+    return run.finish(state, status)
 
 
 def log_iteration(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: float, confirm: np.ndarray,
