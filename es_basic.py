@@ -495,87 +495,137 @@ def checkpoint(run_dir: str, state: dict, args):
     save_npz_atomic(os.path.join(run_dir, "checkpoints", "latest.npz"), **arrays)
 
 
-def train(args) -> dict:
-    obs_dim, n_out, _ = check_env(args.env)
-    sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
+def start_run(args, d: int) -> tuple:
+    """A new run directory with theta_0 = 0 (the all-zero mean policy of the Ray project's NES
+    tutorial exercise), or the state and log of the run to resume."""
     if args.resume:
-        run_dir, state = args.resume, load_state(args.resume, args, n_params(sizes))
+        state = load_state(args.resume, args, d)
         try:
-            rows = [r for r in read_csv_rows(os.path.join(run_dir, "progress.csv")) if int(r[0]) <= state["iteration"]]
+            rows = [r for r in read_csv_rows(os.path.join(args.resume, "progress.csv")) if int(r[0]) <= state["iteration"]]
         except (OSError, ValueError, IndexError):
-            raise UserError(f"the progress.csv of '{run_dir}' is missing or damaged") from None
-    else:  # theta_0 = 0, the all-zero mean policy of the Ray project's NES tutorial exercise
-        state = {"theta": np.zeros(n_params(sizes)), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
-        run_dir, rows = make_run_dir(args.out_dir, args.env, "es_basic", args.seed), []
-    write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
-    if not args.resume:
-        checkpoint(run_dir, state, args)  # iteration 0: a run that fails early can still be resumed
-    write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
-    csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
-    print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
-    episodes = Episodes(args.workers, args.env, args.seed, sizes, args.activation, args.sigma, args.mirror)
-    col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
-    evals = [float(r[col]) for r in rows if r[col] not in ("", "nan")]
-    last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], "done"
-    held = {}  # signal handlers set aside while an interrupted run saves its state
+            raise UserError(f"the progress.csv of '{args.resume}' is missing or damaged") from None
+        return args.resume, state, rows
+    state = {"theta": np.zeros(d), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
+    return make_run_dir(args.out_dir, args.env, "es_basic", args.seed), state, []
+
+
+def evaluate_if_due(episodes: Episodes, state: dict, args) -> np.ndarray:
+    """Every --eval-every iterations and at the last one: the returns of --eval-episodes episodes
+    of the unperturbed theta; otherwise [nan]."""
+    if state["iteration"] % args.eval_every and state["iteration"] != args.iterations:
+        return np.array([np.nan])
+    return episodes.run(run_evaluation, state["theta"], state["iteration"], args.eval_episodes)[0]
+
+
+class Run:
+    """The bookkeeping around the algorithm: the run directory (config.json, progress.csv,
+    checkpoints, progress.png), the progress line, the worker processes, and how a run ends."""
+
+    def __init__(self, args):
+        obs_dim, n_out, _ = check_env(args.env)
+        self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
+        self.sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
+        self.dir, self.state, self.rows = start_run(args, n_params(self.sizes))
+        try:
+            write_json(os.path.join(self.dir, "config.json"), {**vars(args), "run_dir": self.dir, "versions": versions()})
+        except OSError as e:  # a resumed run's folder that cannot be written
+            raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
+        if not args.resume:
+            checkpoint(self.dir, self.state, args)  # iteration 0: a run that fails early can still be resumed
+        write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
+        self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
+        print(f"run directory: {self.dir}  ({n_params(self.sizes)} parameters)", flush=True)
+        self.episodes = Episodes(args.workers, args.env, args.seed, self.sizes, args.activation, args.sigma, args.mirror)
+        col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
+        evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
+        self.last_eval = evals[-1] if evals else np.nan
+        self.t_start = time.time() - self.state["wall_time"]
+        self.title = f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}"
+
+    def log(self, new: dict, returns: np.ndarray, lengths: np.ndarray, g: np.ndarray, ev: np.ndarray,
+            seconds: float) -> tuple:
+        """Writes a row of progress.csv (flushed); returns `new` with its wall time, and the progress line."""
+        new = dict(new, wall_time=time.time() - self.t_start)
+        self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
+        steps_per_s = lengths.sum() / seconds
+        row = [new["iteration"], new["episodes"], new["env_steps"], round(new["wall_time"], 2),
+               returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
+               ev.std() if ev.size > 1 else np.nan, round(steps_per_s, 1), np.linalg.norm(g),
+               np.linalg.norm(new["theta"]), lengths.mean()]
+        csv.writer(self.csv).writerow(row)
+        self.csv.flush()
+        self.rows.append([str(v) for v in row])
+        eta = (self.args.iterations - new["iteration"]) * new["wall_time"] / new["iteration"]
+        line = (f"it {new['iteration']:5d} | eps {new['episodes']:7d} | steps {new['env_steps']:10,d} | "
+                f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {self.last_eval:7.1f} | "
+                f"{steps_per_s:6.0f} steps/s | {fmt_time(new['wall_time'])} | ETA {fmt_time(eta)}")
+        return new, line
+
+    def save_if_due(self, state: dict, ev: np.ndarray):
+        """A checkpoint and a new progress.png every --save-every iterations and after every evaluation."""
+        if state["iteration"] % self.args.save_every == 0 or not np.isnan(ev).all():
+            checkpoint(self.dir, state, self.args)
+            plot_progress(self.dir, self.rows, self.title)
+
+    def interrupted(self, status: str) -> str:
+        """Ctrl-C or SIGTERM: a second one (a shell or `timeout` often sends one) waits until the
+        state is saved. A stop after the target or a divergence was logged changes nothing."""
+        self.held = hold_stops()
+        if status in ("target", "diverged"):
+            return status
+        print(f"\ninterrupted: resume with  python es_basic.py --resume {self.dir}", file=sys.stderr)
+        return "interrupted"
+
+    def close(self, status: str):
+        self.episodes.close(interrupted=status == "interrupted")
+        self.csv.close()
+
+    def finish(self, state: dict, status: str) -> dict:
+        """The final checkpoint (the last good state: a diverged update never enters it), plot and report."""
+        checkpoint(self.dir, state, self.args)
+        if self.rows:
+            plot_progress(self.dir, self.rows, self.title)
+        if status == "target":
+            print(f"target {self.args.target_return} reached at iteration {state['iteration']}: {state['episodes']} "
+                  f"episodes, {state['env_steps']} env steps, {fmt_time(state['wall_time'])}", flush=True)
+        for signum, handler in self.held.items():
+            signal.signal(signum, handler)
+        return dict(state, run_dir=self.dir, status=status)
+
+
+def train(args) -> dict:
+    """The run, line by line as the pseudocode of docs/es_basic.md: iterations of Algorithm 1
+    (es_iteration), evaluations, the log and checkpoints (Run). Returns the final state."""
+    run = Run(args)  # theta_0 = 0, or loaded by --resume; the workers start
+    state, status = run.state, "done"
     try:
         while state["iteration"] < args.iterations:
             t0 = time.time()
-            theta, returns, lengths, g = es_iteration(episodes, state["theta"], state["iteration"], args)
+            theta, returns, lengths, g = es_iteration(run.episodes, state["theta"], state["iteration"], args)
             if not (np.isfinite(theta).all() and np.isfinite(returns).all()):
                 status = "diverged"
                 print(f"NaN or inf at iteration {state['iteration'] + 1}: the run stops; the last good checkpoint "
                       "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
                 break
-            steps_per_s = lengths.sum() / (time.time() - t0)
-            iteration, ev = state["iteration"] + 1, np.array([np.nan])
-            if iteration % args.eval_every == 0 or iteration == args.iterations:
-                ev, _ = episodes.run(run_evaluation, theta, iteration, args.eval_episodes)
-            # The new state replaces the old only once evaluated and logged: a stop before that
-            # leaves the last logged iteration to resume from, and --resume redoes this one whole
-            # (a row written just before the stop is dropped on resume and written again).
-            new = {"theta": theta, "iteration": iteration,
-                   "episodes": state["episodes"] + len(returns), "env_steps": state["env_steps"] + int(lengths.sum()),
-                   "wall_time": time.time() - t_start}
-            shown = last_eval if np.isnan(ev).all() else ev.mean()
-            row = [new["iteration"], new["episodes"], new["env_steps"], round(new["wall_time"], 2),
-                   returns.mean(), returns.std(), returns.min(), returns.max(), ev.mean(),
-                   ev.std() if ev.size > 1 else np.nan, round(steps_per_s, 1), np.linalg.norm(g),
-                   np.linalg.norm(theta), lengths.mean()]
-            csv.writer(csv_file).writerow(row)
-            csv_file.flush()
-            rows.append([str(v) for v in row])
-            reached = args.target_return is not None and not np.isnan(ev).all() and shown >= args.target_return
-            state, last_eval, status = new, shown, ("target" if reached else status)  # logged, with the target
-            eta = (args.iterations - state["iteration"]) * state["wall_time"] / state["iteration"]
-            print(f"it {state['iteration']:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
-                  f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {last_eval:7.1f} | "
-                  f"{steps_per_s:6.0f} steps/s | {fmt_time(state['wall_time'])} | ETA {fmt_time(eta)}", flush=True)
-            if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
-                checkpoint(run_dir, state, args)
-                plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
+            new = {"theta": theta, "iteration": state["iteration"] + 1, "episodes": state["episodes"] + len(returns),
+                   "env_steps": state["env_steps"] + int(lengths.sum())}
+            seconds = time.time() - t0
+            ev = evaluate_if_due(run.episodes, new, args)
+            new, line = run.log(new, returns, lengths, g, ev, seconds)
+            reached = args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return
+            # Logged: only now may `state`, and so a checkpoint, hold it. An interrupt before this
+            # leaves `state` at the last logged iteration, and --resume redoes this one (its row dropped).
+            state, status = new, ("target" if reached else status)
+            print(line, flush=True)  # an iteration shown is an iteration saved, whenever the run stops
+            run.save_if_due(state, ev)
             if status == "target":
                 break
-        # The run is over: a stop from here on would only interrupt its final save.
-        held = hold_stops()
+        run.held = hold_stops()  # the run is over: a stop from here on would only interrupt its final save
     except KeyboardInterrupt:
-        # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
-        held = hold_stops()
-        if status not in ("target", "diverged"):  # a stop after either was logged changes nothing
-            status = "interrupted"
-            print(f"\ninterrupted: resume with  python es_basic.py --resume {run_dir}", file=sys.stderr)
+        status = run.interrupted(status)
     finally:
-        episodes.close(interrupted=status == "interrupted")
-        csv_file.close()
-    checkpoint(run_dir, state, args)  # the last good state: a diverged update never enters it
-    if rows:
-        plot_progress(run_dir, rows, f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}")
-    if status == "target":
-        print(f"target {args.target_return} reached at iteration {state['iteration']}: {state['episodes']} "
-              f"episodes, {state['env_steps']} env steps, {fmt_time(state['wall_time'])}", flush=True)
-    for signum, handler in held.items():
-        signal.signal(signum, handler)
-    return dict(state, run_dir=run_dir, status=status)
+        run.close(status)
+    return run.finish(state, status)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1319,79 +1319,119 @@ def make_noise_table(args, dim: int) -> NoiseTable:
         raise UserError(f"cannot create the shared noise table: {e.strerror}; lower --noise-size") from None
 
 
-def train(args) -> dict:
-    """The run: generations, evaluations, logging and snapshots. Returns the final state."""
-    obs_dim, act_space = check_env(args)
-    sizes = layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
-    run_dir, state, rows = start_run(args, sizes, obs_dim)
-    noise = make_noise_table(args, n_params(sizes))  # before anything is written: a refusal leaves no trace
-    try:
-        run_dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
+def evaluate_if_due(pool: WorkerPool, state: dict, args) -> np.ndarray:
+    """Every --eval-every generations and at the last one: the noiseless policy on --eval-episodes
+    episodes; otherwise [nan]."""
+    if state["iteration"] % args.eval_every and state["iteration"] != args.iterations:
+        return np.array([np.nan])
+    return pool.evaluate(task_of(state, args), state["iteration"], range(args.eval_episodes))
+
+
+class Run:
+    """The bookkeeping around the algorithm: the noise table, the run directory (config.json,
+    progress.csv, snapshots, progress.png), the progress line, the worker processes, and how a run ends."""
+
+    def __init__(self, args):
+        obs_dim, act_space = check_env(args)
+        self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
+        self.sizes = layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
+        run_dir, self.state, self.rows = start_run(args, self.sizes, obs_dim)
+        self.noise = make_noise_table(args, n_params(self.sizes))  # before anything is written: a refusal leaves no trace
         try:
-            write_json(os.path.join(run_dir, "config.json"), {**vars(args), "run_dir": run_dir, "versions": versions()})
-        except OSError as e:  # a resumed run's folder that cannot be written
-            raise UserError(f"cannot write to the run directory '{run_dir}': {e.strerror}") from None
-        if not args.resume:
-            checkpoint(run_dir, state, args, sizes, snapshot=True)  # generation 0 is a snapshot too
-        write_csv_rows(os.path.join(run_dir, "progress.csv"), rows, COLUMNS)
-        csv_file = open(os.path.join(run_dir, "progress.csv"), "a", newline="")
-        print(f"run directory: {run_dir}  ({n_params(sizes)} parameters)", flush=True)
-        pool = (RayPool if args.ray else WorkerPool)(args.workers, noise, args, act_space, sizes)
-    except BaseException:  # the shared table never outlives a run that could not start
-        noise.close()
-        raise
-    col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
-    evals = [float(r[col]) for r in rows if r[col] not in ("", "nan")]
-    last_eval, t_start, status = (evals[-1] if evals else np.nan), time.time() - state["wall_time"], None
-    title = f"OpenAI ES on {args.env}"
-    held = {}  # signal handlers set aside while an interrupted run saves its state
+            self.dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
+            try:
+                write_json(os.path.join(self.dir, "config.json"),
+                           {**vars(args), "run_dir": self.dir, "versions": versions()})
+            except OSError as e:  # a resumed run's folder that cannot be written
+                raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
+            if not args.resume:
+                checkpoint(self.dir, self.state, args, self.sizes, snapshot=True)  # generation 0 is a snapshot too
+            write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
+            self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
+            print(f"run directory: {self.dir}  ({n_params(self.sizes)} parameters)", flush=True)
+            self.pool = (RayPool if args.ray else WorkerPool)(args.workers, self.noise, args, act_space, self.sizes)
+        except BaseException:  # the shared table never outlives a run that could not start
+            self.noise.close()
+            raise
+        col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
+        evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
+        self.last_eval = evals[-1] if evals else np.nan
+        self.t_start, self.title = time.time() - self.state["wall_time"], f"OpenAI ES on {args.env}"
+
+    def log(self, new: dict, info: dict, ev: np.ndarray) -> tuple:
+        """Writes a row of progress.csv (flushed); returns `new` with its wall time, and the progress line."""
+        new = dict(new, wall_time=time.time() - self.t_start)
+        self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
+        row, line = log_generation(self.csv, new, info, ev, self.last_eval, self.args)
+        self.rows.append(row)
+        return new, line
+
+    def save_if_due(self, state: dict, ev: np.ndarray):
+        """A checkpoint and a new progress.png after every evaluation and every --save-every
+        generations, and then a snapshot too."""
+        if state["iteration"] % self.args.save_every == 0 or not np.isnan(ev).all():
+            checkpoint(self.dir, state, self.args, self.sizes, snapshot=state["iteration"] % self.args.save_every == 0)
+            plot_progress(self.dir, self.rows, self.title)
+
+    def interrupted(self, status) -> str:
+        """Ctrl-C or SIGTERM: a second one (a shell or `timeout` often sends one) waits until the
+        state is saved. A stop after the target or a divergence was logged changes nothing."""
+        self.held = hold_stops()
+        if status in ("target", "diverged"):
+            return status
+        print(f"\ninterrupted: resume with  python es_openai.py --resume {self.dir}", file=sys.stderr)
+        return "interrupted"
+
+    def close(self, state: dict, status):
+        """Whatever ended the run, a worker's death included: the workers and the table go, and the
+        last logged generation is saved (a snapshot too if the run finished)."""
+        self.pool.close()
+        self.noise.close()
+        self.csv.close()
+        checkpoint(self.dir, state, self.args, self.sizes, snapshot=status in ("done", "target"))
+        if self.rows:
+            plot_progress(self.dir, self.rows, self.title)
+        for signum, handler in self.held.items():
+            signal.signal(signum, handler)
+
+    def finish(self, state: dict, status: str) -> dict:
+        if status == "target":
+            print(f"target {self.args.target_return} reached at generation {state['iteration']}: "
+                  f"{state['episodes']} episodes, {state['env_steps']} env steps, "
+                  f"{fmt_time(state['wall_time'])}", flush=True)
+        return dict(state, run_dir=self.dir, status=status)
+
+
+def train(args) -> dict:
+    """The run, line by line as the pseudocode of docs/es_openai.md: generations of Algorithm 2
+    (es_generation), evaluations, the log and snapshots (Run). Returns the final state."""
+    run = Run(args)  # theta_0 by normc (Eq. 10), or loaded by --resume; the noise table; the workers start
+    state, status = run.state, None
     try:
         while state["iteration"] < args.iterations:
-            new, info = es_generation(pool, noise, state, args)
+            new, info = es_generation(run.pool, run.noise, state, args)  # the population, Eqs. (4)-(9)
             if not info["finite"]:
                 status = "diverged"
                 print(f"NaN or inf at generation {new['iteration']}: the run stops; the last good checkpoint "
                       "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
                 break
-            ev = np.array([np.nan])
-            if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
-                ev = pool.evaluate(task_of(new, args), new["iteration"], range(args.eval_episodes))
-                last_eval = ev.mean()
-            new["wall_time"] = time.time() - t_start
-            row, line = log_generation(csv_file, new, info, ev, last_eval, args)
-            rows.append(row)
+            ev = evaluate_if_due(run.pool, new, args)
+            new, line = run.log(new, info, ev)
             reached = args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return
-            # Logged: from here on a stop resumes after this generation, or ends at the target.
+            # Logged: only now may `state`, and so a checkpoint, hold it. An interrupt before this
+            # leaves `state` at the last logged generation, and --resume redoes this one (its row dropped).
             state, status = new, ("target" if reached else status)
-            print(line, flush=True)
-            if state["iteration"] % args.save_every == 0 or not np.isnan(ev).all():
-                checkpoint(run_dir, state, args, sizes, snapshot=state["iteration"] % args.save_every == 0)
-                plot_progress(run_dir, rows, title)
+            print(line, flush=True)  # a generation shown is a generation saved, whenever the run stops
+            run.save_if_due(state, ev)
             if status == "target":
                 break
         status = status or "done"
-        # The run is over: a stop from here on would only interrupt its final save.
-        held = hold_stops()
+        run.held = hold_stops()  # the run is over: a stop from here on would only interrupt its final save
     except KeyboardInterrupt:
-        # A second Ctrl-C or SIGTERM (a shell or `timeout` often sends one) waits until the state is saved.
-        held = hold_stops()
-        if status not in ("target", "diverged"):  # a stop after either was logged changes nothing
-            status = "interrupted"
-            print(f"\ninterrupted: resume with  python es_openai.py --resume {run_dir}", file=sys.stderr)
-    finally:  # also when a worker died: the last logged generation is kept to resume from
-        pool.close()
-        noise.close()
-        csv_file.close()
-        checkpoint(run_dir, state, args, sizes, snapshot=status in ("done", "target"))
-        if rows:
-            plot_progress(run_dir, rows, title)
-        for signum, handler in held.items():
-            signal.signal(signum, handler)
-    if status == "target":
-        print(f"target {args.target_return} reached at generation {state['iteration']}: "
-              f"{state['episodes']} episodes, {state['env_steps']} env steps, "
-              f"{fmt_time(state['wall_time'])}", flush=True)
-    return dict(state, run_dir=run_dir, status=status)
+        status = run.interrupted(status)
+    finally:
+        run.close(state, status)
+    return run.finish(state, status)
 
 
 def log_generation(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: float, args) -> tuple:
