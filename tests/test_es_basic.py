@@ -312,6 +312,16 @@ def test_unwritable_output_folder(tmp_path):
     assert out.returncode == 2 and "cannot create the run directory" in out.stderr
 
 
+
+def test_a_resumed_run_directory_that_cannot_be_written(tmp_path):
+    good = run(tmp_path / "good", iterations=1)
+    os.mkdir(os.path.join(good["run_dir"], "config.json.tmp"))  # config.json cannot be rewritten (even as root)
+    before = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
+    line = bad(tmp_path, "--resume", good["run_dir"], "--iterations", "2")
+    assert "cannot write to the run directory" in line
+    after = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
+    assert after == before
+
 class CrashEnv(MultiBinaryEnv):
     action_space = gym.spaces.Discrete(2)
 
