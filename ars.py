@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -274,25 +275,32 @@ def reset_env(env, seed: int):
     return env.reset(seed=seed)
 
 
+class Episode(NamedTuple):
+    """What a rollout returns: the shaped return (shift, clipping) is what the update sees; the
+    plain return is what is reported."""
+    ret: float  # sum of the rewards
+    shaped: float  # sum of the shaped rewards (Eq. 3)
+    length: int  # env steps
+    stats: tuple  # (count, mean, m2) of the states acted on (Eq. 6), or None
+
+
 def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed: int,
-            shift: float = 0.0, reward_clip: float = 0.0, keep_obs: bool = False, frames=None):
-    """One episode of a = clip(M (x - mu) / sigma) (Eq. 2). Returns (return, shaped return,
-    length, observation statistics or None). The shaped return (shift, clipping) is what the
-    update sees; the plain return is what is reported."""
+            shift: float = 0.0, reward_clip: float = 0.0, keep_obs: bool = False, frames=None) -> Episode:
+    """One episode of a = clip(M (x - mu) / sigma) (Eq. 2), with the statistics of its states if keep_obs."""
     W = M * inv_sigma  # fold the normalization into the matrix: a = W x - W mu, one product per step
-    c = -W @ mu
+    offset = -W @ mu
     low, high = env.action_space.low, env.action_space.high
     dot, add, maximum, minimum, step = np.dot, np.add, np.maximum, np.minimum, env.step  # looked up once
     x, _ = reset_env(env, env_seed)
     observed = [x] if keep_obs else None
     total, shaped, steps = 0.0, 0.0, 0
     while True:
-        # a = W x + c, then clipped. Deviation: actions are clipped to the bounds; the official code
+        # a = W x + offset, then clipped. Deviation: actions are clipped to the bounds; the official code
         # sends the raw action (MuJoCo clips it too, but charges its control cost on the unclipped
         # value). This is the hot path: one new array per step, the rest written into it, the same
-        # values as np.clip(W @ x + c, low, high) in fewer calls (docs/ars.md, Throughput).
+        # values as np.clip(W @ x + offset, low, high) in fewer calls (docs/ars.md, Throughput).
         a = dot(W, x)
-        add(a, c, out=a)
+        add(a, offset, out=a)
         maximum(a, low, out=a)
         minimum(a, high, out=a)
         x, r, terminated, truncated, _ = step(a)
@@ -308,7 +316,7 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
         if keep_obs:  # the state the next action sees; the terminal one is never acted on (as the official code)
             observed.append(x)
     stats = batch_stats(np.asarray(observed, dtype=np.float64)) if keep_obs else None
-    return float(total), float(shaped), steps, stats
+    return Episode(float(total), float(shaped), steps, stats)
 
 
 class Rollouts:
@@ -363,10 +371,10 @@ class WorkerPool:
     """Worker processes started once per run; jobs are handed out one at a time to whichever
     worker is free, so long and short episodes balance out across cores."""
 
-    def __init__(self, n: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+    def __init__(self, workers: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
         ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.conns, self.procs = [], []
-        for _ in range(n):
+        for _ in range(workers):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, daemon=True,
                                args=(child, env_id, episode_length, seed, shift, reward_clip))
@@ -486,11 +494,11 @@ class RayPool:
     retries = 3  # restarts per actor, and retries per job, before the run stops with an error
     timeout = 300.0  # seconds without any result (e.g. a lost node and no free CPU to replace it)
 
-    def __init__(self, n: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+    def __init__(self, workers: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
         self.ray = ray = start_ray()
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayRollouts)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(env_id, episode_length, seed, shift,
-                                                                          reward_clip) for _ in range(n)]
+                                                                          reward_clip) for _ in range(workers)]
         self.published = 0
 
     def run(self, iteration: int, M, mu, inv_sigma, nu: float, jobs: list) -> dict:
@@ -659,8 +667,8 @@ def fmt_time(s: float) -> str:
 def evaluate(pool: WorkerPool, iteration: int, M, stats, args, episodes: range) -> np.ndarray:
     """Plain returns of the noiseless policy on evaluation episodes `episodes` of this iteration."""
     mu, inv_sigma = normalizer(stats, args.version)
-    out = pool.run(iteration, M, mu, inv_sigma, args.nu, [("eval", j) for j in episodes])
-    return np.array([out[j][0][0] for j in episodes])
+    out = pool.run(iteration, M, mu, inv_sigma, args.nu, [("eval", i) for i in episodes])
+    return np.array([out[i][0].ret for i in episodes])
 
 
 def target_reached(pool: WorkerPool, state: dict, ev: np.ndarray, args) -> tuple:
@@ -709,14 +717,14 @@ def ars_iteration(pool: WorkerPool, state: dict, args) -> tuple:
     t0 = time.time()
     mu, inv_sigma = normalizer(stats, args.version)  # frozen for the whole iteration (Eq. 2)
     out = pool.run(j, M, mu, inv_sigma, args.nu, [("train", k) for k in range(N)])  # Eq. (3)
-    plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]
+    plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]  # Episode tuples
     deltas = np.stack([sample_direction(args.seed, j, k, M.shape) for k in range(N)])  # (N, p, n)
-    r_plus, r_minus = np.array([p[1] for p in plus]), np.array([m[1] for m in minus])  # shaped returns
+    r_plus, r_minus = np.array([e.shaped for e in plus]), np.array([e.shaped for e in minus])
     M_new, sigma_R = ars_update(M, deltas, r_plus, r_minus, args.alpha, args.top_b)  # Eqs. (4)-(5)
     for k in range(N):  # Eq. (6), in direction order: any worker count gives the same bits
-        stats = merge_stats(merge_stats(stats, plus[k][3]), minus[k][3])
-    returns = np.array([p[0] for p in plus] + [m[0] for m in minus])  # plain returns, for the log
-    lengths = np.array([p[2] for p in plus] + [m[2] for m in minus])
+        stats = merge_stats(merge_stats(stats, plus[k].stats), minus[k].stats)
+    returns = np.array([e.ret for e in plus + minus])  # plain returns, for the log
+    lengths = np.array([e.length for e in plus + minus])
     new = {"M": M_new, "iteration": j + 1, "episodes": state["episodes"] + 2 * N,
            "env_steps": state["env_steps"] + int(lengths.sum()), "stats": stats}
     finite = all(np.isfinite(a).all() for a in (returns, M_new, stats[1], stats[2]))
@@ -875,8 +883,8 @@ def play(args):
     state = load_state(args.play, args, obs_dim, act_dim)
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = make_env(args.env, args.episode_length)
-    returns = np.array([rollout(env, state["M"], mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, j).integers(2**31)))[0]
-                        for j in range(args.episodes)])
+    returns = np.array([rollout(env, state["M"], mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, i).integers(2**31))).ret
+                        for i in range(args.episodes)])
     print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), policy of iteration {state['iteration']}")
     if args.video:
