@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 from multiprocessing import shared_memory
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
@@ -576,9 +577,17 @@ def reset_env(env, seed: int):
 # Rollouts and the workers
 # ----------------------------------------------------------------------------------------------
 
+class Episode(NamedTuple):
+    """What a rollout returns."""
+    ret: float  # sum of the rewards
+    sign_ret: float  # sum of sign(r_t), for the sign shaping modes (Eq. 5)
+    length: int  # env steps
+    ob_sums: tuple  # (sum, sum of squares) of the observations acted on (Eq. 9), or None
+
+
 def rollout(env, policy: Policy, env_seed: int, rng=None, ac_noise_std: float = 0.0, keep_obs: bool = False,
-            timer: dict = None, frames=None) -> tuple:
-    """One episode. Returns (return, sum of sign(r_t), length, (obs sum, obs sum of squares) or None)."""
+            timer: dict = None, frames=None) -> Episode:
+    """One episode, with the sums of its observations if keep_obs."""
     ob, _ = reset_env(env, env_seed)
     total, sign_total, steps = 0.0, 0.0, 0
     obs = [ob] if keep_obs else None
@@ -606,7 +615,7 @@ def rollout(env, policy: Policy, env_seed: int, rng=None, ac_noise_std: float = 
     if timer is not None:
         timer["policy_us"].append(1e6 * t_policy / steps)
         timer["env_us"].append(1e6 * t_env / steps)
-    return float(total), float(sign_total), steps, obs_sums(obs) if keep_obs else None
+    return Episode(float(total), float(sign_total), steps, obs_sums(obs) if keep_obs else None)
 
 
 def obs_sums(obs: list) -> tuple:
@@ -625,8 +634,8 @@ def rollout_lockstep(envs: list, policy: PolicyBatch, env_seeds: list, rngs: lis
     split each call's time evenly over the env steps it served: policy_us and env_us are the
     totals over all the episodes' env steps."""
     obs = [reset_env(env, env_seeds[i // 2])[0] for i, env in enumerate(envs)]  # what the policy acts on next
-    n = len(envs)
-    total, sign_total, steps, running = [0.0] * n, [0.0] * n, [0] * n, list(range(n))
+    B = len(envs)  # 2P episodes, one per row of the PolicyBatch
+    total, sign_total, steps, running = [0.0] * B, [0.0] * B, [0] * B, list(range(B))
     kept = [[ob] if keep_obs and keep_obs[i // 2] else None for i, ob in enumerate(obs)]
     noisy = rngs is not None and ac_noise_std > 0
     t_policy = t_env = 0.0
@@ -654,7 +663,7 @@ def rollout_lockstep(envs: list, policy: PolicyBatch, env_seeds: list, rngs: lis
     if timer is not None:
         timer["policy_us"].append(1e6 * t_policy / sum(steps))
         timer["env_us"].append(1e6 * t_env / sum(steps))
-    return [(total[i], sign_total[i], steps[i], None if kept[i] is None else obs_sums(kept[i])) for i in range(n)]
+    return [Episode(total[i], sign_total[i], steps[i], None if kept[i] is None else obs_sums(kept[i])) for i in range(B)]
 
 
 def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:
@@ -663,78 +672,89 @@ def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:
     return rng, bool(rng.random() < eval_prob)
 
 
-def run_jobs(w: dict, task: dict, jobs: list) -> list:
+def run_jobs(worker: dict, task: dict, jobs: list) -> list:
     """What a worker computes for one message of jobs [(kind, generation, k)]: each a mirrored pair
     (or one episode) of the population (Eq. 6), a noiseless episode (eval_prob), or an evaluation
     episode. The mirrored pairs among them are stepped together (rollout_lockstep), the rest one by
     one. Returns [(k, result)], scalars and sums only; a result does not depend on the jobs beside it."""
-    spec = (w["sizes"], w["activation"], task["ob_mean"], task["ob_std"], w["act_space"], w["ac_bins"],
+    spec = (worker["sizes"], worker["activation"], task["ob_mean"], task["ob_std"], worker["act_space"], worker["ac_bins"],
             task["ob_clip"])
     results, pairs = [None] * len(jobs), []
     for i, (kind, generation, k) in enumerate(jobs):
         if kind == "eval":  # --eval-every: the noiseless policy on evaluation seeds
-            env_seed = int(stream(w["seed"], EVAL, generation, k).integers(2**31))
-            ret, _, length, _ = rollout(w["env"], Policy(task["theta"], *spec), env_seed)
+            env_seed = int(stream(worker["seed"], EVAL, generation, k).integers(2**31))
+            ret, _, length, _ = rollout(worker["env"], Policy(task["theta"], *spec), env_seed)
             results[i] = (ret, length)
             continue
-        rng, noiseless = job_kind(w["seed"], generation, k, w["eval_prob"])
+        rng, noiseless = job_kind(worker["seed"], generation, k, worker["eval_prob"])
         # Both rollouts of a pair share the environment seed (deviation: the starter code does not reseed).
         env_seed = int(rng.integers(2**31))
         if noiseless:
-            ret, _, length, _ = rollout(w["env"], Policy(task["theta"], *spec), env_seed)
+            ret, _, length, _ = rollout(worker["env"], Policy(task["theta"], *spec), env_seed)
             results[i] = ("noiseless", ret, length)
             continue
-        job = dict(perturb(w, task, rng), i=i, rng=rng, env_seed=env_seed)
-        if w["mirror"]:
+        job = dict(perturb(worker, task, rng), i=i, rng=rng, env_seed=env_seed)
+        if worker["mirror"]:
             pairs.append(job)  # stepped below, with the other pairs of this message
             continue
         timer, t3 = {"policy_us": [], "env_us": []}, time.perf_counter()
-        episode = rollout(w["env"], Policy(job["thetas"][0], *spec), env_seed, rng, w["ac_noise_std"],
+        episode = rollout(worker["env"], Policy(job["thetas"][0], *spec), env_seed, rng, worker["ac_noise_std"],
                           job["keep_obs"], timer)
         results[i] = population_result(job, [episode], timer, time.perf_counter() - t3)
     if pairs:  # the pairs' episodes in lockstep, on as many environments, made on first use
-        w["envs"] = envs = w.get("envs") or [w["env"]]
-        envs += [make_env(w["env_id"], w["episode_length"]) for _ in range(2 * len(pairs) - len(envs))]
+        worker["envs"] = envs = worker.get("envs") or [worker["env"]]
+        envs += [make_env(worker["env_id"], worker["episode_length"]) for _ in range(2 * len(pairs) - len(envs))]
         timer, t3 = {"policy_us": [], "env_us": []}, time.perf_counter()
         policy = PolicyBatch([theta for job in pairs for theta in job["thetas"]], *spec)  # rows +, -, +, -, ...
         episodes = rollout_lockstep(envs[:2 * len(pairs)], policy, [j["env_seed"] for j in pairs],
-                                    [j["rng"] for j in pairs], w["ac_noise_std"], [j["keep_obs"] for j in pairs], timer)
+                                    [j["rng"] for j in pairs], worker["ac_noise_std"], [j["keep_obs"] for j in pairs], timer)
         share = (time.perf_counter() - t3) / len(pairs)  # each pair's share of the lockstep time
         for p, job in enumerate(pairs):
             results[job["i"]] = population_result(job, episodes[2 * p:2 * p + 2], timer, share)
     return [(k, result) for (_, _, k), result in zip(jobs, results)]
 
 
-def perturb(w: dict, task: dict, rng) -> dict:
+def perturb(worker: dict, task: dict, rng) -> dict:
     """A population job's draws after its environment seed: the noise index i, whether it records
     observations, and theta +- sigma eps_i (theta + sigma eps_i alone without mirroring), timed."""
     t_job = time.perf_counter()
     dim = task["theta"].size
-    idx = w["noise"].sample_index(rng, dim)
-    keep_obs = bool(rng.random() < w["calc_obstat_prob"])  # per pair (deviation: per episode in the starter code)
+    idx = worker["noise"].sample_index(rng, dim)
+    keep_obs = bool(rng.random() < worker["calc_obstat_prob"])  # per pair (deviation: per episode in the starter code)
     t0 = time.perf_counter()
-    eps = w["noise"].get(idx, dim)
+    eps = worker["noise"].get(idx, dim)
     t1 = time.perf_counter()
-    signs = (1.0, -1.0) if w["mirror"] else (1.0,)
-    thetas = [task["theta"] + (s * w["sigma"]) * eps for s in signs]  # theta +- sigma eps_i
+    signs = (1.0, -1.0) if worker["mirror"] else (1.0,)
+    thetas = [task["theta"] + (s * worker["sigma"]) * eps for s in signs]  # theta +- sigma eps_i
     t2 = time.perf_counter()
     return dict(idx=idx, keep_obs=keep_obs, thetas=thetas,
                 times=dict(mutation=t2 - t_job, noise=t1 - t0, set_params=t2 - t1))
 
 
-def population_result(job: dict, episodes: list, timer: dict, rollout_time: float) -> tuple:
-    """A population job's result: its noise index, the returns, sign-sums of rewards and lengths of
-    its episodes, their observation sums (or None), and its timers."""
+class PairResult(NamedTuple):
+    """A population job's result as it travels to the master: scalars and sums, never vectors."""
+    kind: str  # "pair" (also for one episode without mirroring); noiseless episodes send ("noiseless", return, length)
+    idx: int  # where eps_i starts in the noise table
+    returns: list  # of the + and - episodes (the + one alone without mirroring)
+    sign_returns: list
+    lengths: list
+    ob_sum: np.ndarray  # summed over the episodes, or None when the job records no observations
+    ob_sumsq: np.ndarray
+    times: dict  # the timers of TIMERS
+
+
+def population_result(job: dict, episodes: list, timer: dict, rollout_time: float) -> PairResult:
+    """A population job's result from its Episode tuples and its timers."""
     ob_sum = ob_sumsq = None
     if job["keep_obs"]:
-        ob_sum, ob_sumsq = sum(e[3][0] for e in episodes), sum(e[3][1] for e in episodes)
+        ob_sum, ob_sumsq = sum(e.ob_sums[0] for e in episodes), sum(e.ob_sums[1] for e in episodes)
     times = dict(job["times"], mutation=job["times"]["mutation"] + rollout_time,
                  policy_us=float(np.mean(timer["policy_us"])), env_us=float(np.mean(timer["env_us"])))
-    return ("pair", job["idx"], [e[0] for e in episodes], [e[1] for e in episodes], [e[2] for e in episodes],
-            ob_sum, ob_sumsq, times)
+    return PairResult("pair", job["idx"], [e.ret for e in episodes], [e.sign_ret for e in episodes],
+                      [e.length for e in episodes], ob_sum, ob_sumsq, times)
 
 
-def worker_main(conn, w: dict):
+def worker_main(conn, worker: dict):
     """A persistent rollout process: keeps the latest task (theta, observation statistics) and runs
     the jobs it is handed; the noise table is the master's shared memory, inherited, not copied."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
@@ -751,12 +771,12 @@ def worker_main(conn, w: dict):
             task = msg[2]
             continue
         if msg[0] == "peek":  # for the tests: read the table at an index, as this process sees it
-            conn.send(("peek", msg[1], float(w["noise"].table[msg[1]]), w["noise"].shm.name))
+            conn.send(("peek", msg[1], float(worker["noise"].table[msg[1]]), worker["noise"].shm.name))
             continue
         _, task_id, jobs = msg
         try:
-            w["env"] = w.get("env") or make_env(w["env_id"], w["episode_length"])
-            conn.send(("results", task_id, run_jobs(w, task, jobs)))
+            worker["env"] = worker.get("env") or make_env(worker["env_id"], worker["episode_length"])
+            conn.send(("results", task_id, run_jobs(worker, task, jobs)))
         except Exception as e:  # the environment failed: tell the master instead of dying silently
             conn.send(("error", task_id, f"{type(e).__name__}: {e}"))
 
@@ -765,17 +785,17 @@ class WorkerPool:
     """Worker processes started once per run, after the noise table exists. The master publishes
     a task, then hands out jobs to whichever worker is free, up to --lockstep at a time."""
 
-    def __init__(self, n: int, noise: NoiseTable, args, act_space, sizes: list):
-        w = dict(noise=noise, seed=args.seed, env_id=args.env, episode_length=args.episode_length,
+    def __init__(self, workers: int, noise: NoiseTable, args, act_space, sizes: list):
+        worker = dict(noise=noise, seed=args.seed, env_id=args.env, episode_length=args.episode_length,
                  sizes=sizes, activation=args.activation, act_space=act_space, ac_bins=args.ac_bins,
                  sigma=args.sigma, mirror=args.mirror, ac_noise_std=args.ac_noise_std,
                  calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         ctx = mp.get_context("fork")  # workers inherit the shared table and the environment's spaces
         self.conns, self.procs, self.busy, self.task_id, self.lockstep = [], [], set(), 0, args.lockstep
         self.stale = self.stale_logged = 0  # results of an older task dropped so far, and logged so far
-        for _ in range(n):
+        for _ in range(workers):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=worker_main, args=(child, w), daemon=True)
+            proc = ctx.Process(target=worker_main, args=(child, worker), daemon=True)
             proc.start()
             child.close()
             self.conns.append(parent)
@@ -916,19 +936,19 @@ class RayWorker:
     node, mapped read-only (zero copy). The task travels by reference with every job and is
     fetched once per publication; an actor that Ray restarted after a crash fetches it again."""
 
-    def __init__(self, w: dict, table: np.ndarray):
-        self.w, self.task_id, self.task = dict(w, noise=NoiseTable.view(table)), None, None
+    def __init__(self, worker: dict, table: np.ndarray):
+        self.worker, self.task_id, self.task = dict(worker, noise=NoiseTable.view(table)), None, None
 
     def run(self, task_id: int, task: list, jobs: list) -> tuple:
         if self.task_id != task_id:
             import ray
             self.task, self.task_id = ray.get(task[0]), task_id  # task = [ref]: a bare ref is fetched per job
-        self.w["env"] = self.w.get("env") or make_env(self.w["env_id"], self.w["episode_length"])
-        return "results", task_id, run_jobs(self.w, self.task, jobs)
+        self.worker["env"] = self.worker.get("env") or make_env(self.worker["env_id"], self.worker["episode_length"])
+        return "results", task_id, run_jobs(self.worker, self.task, jobs)
 
     def peek(self, i: int) -> tuple:
         """(table[i], whether the table is writeable) as this actor sees it: for the tests."""
-        table = self.w["noise"].table
+        table = self.worker["noise"].table
         return float(table[i]), bool(table.flags.writeable)
 
     def where(self) -> tuple:
@@ -948,17 +968,17 @@ class RayPool(WorkerPool):
     timeout = 300.0  # seconds without any result (e.g. a lost node and no free CPU to replace it)
     queued = 2  # messages of jobs queued per actor: the next one is there when the last one ends
 
-    def __init__(self, n: int, noise: NoiseTable, args, act_space, sizes: list):
+    def __init__(self, workers: int, noise: NoiseTable, args, act_space, sizes: list):
         self.ray = ray = start_ray()
         self.table = table = ray.put(noise.table)  # held for the run: a restarted actor maps it again
         noise.move_to(ray.get(table))  # the master reads the object store's copy: one table per node
-        w = dict(seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
+        worker = dict(seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
                  activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma,
                  mirror=args.mirror, ac_noise_std=args.ac_noise_std,
                  calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayWorker)
-        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(w, table) for _ in range(n)]
-        self.inflight, self.load = {}, [0] * n  # {result ref: (its actor, its task)}, jobs queued per actor
+        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(worker, table) for _ in range(workers)]
+        self.inflight, self.load = {}, [0] * workers  # {result ref: (its actor, its task)}, jobs queued per actor
         self.task_id, self.task, self.lockstep = 0, None, args.lockstep
         self.stale = self.stale_logged = 0
 
@@ -1048,7 +1068,7 @@ class Generation:
                 return False
             r = results[k]
             steps += self.steps(r)
-            episodes += len(r[2]) if r[0] == "pair" else 0
+            episodes += len(r.returns) if r[0] == "pair" else 0
             if episodes >= self.args.population and steps >= self.args.min_timesteps:
                 self.closed_at = k + 1
                 return True
@@ -1243,10 +1263,11 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
     stale = pool.stale - stale_before  # including those that came back during the last evaluation
     pool.stale_logged = pool.stale
     accepted = [results[k] for k in range(gen.closed_at)]
-    pairs = [r for r in accepted if r[0] == "pair"]
-    noiseless = np.array([r[1:] for r in accepted if r[0] == "noiseless"]).reshape(-1, 2)
-    indices = np.array([r[1] for r in pairs])
-    returns, sign_returns, lengths = (np.array([r[j] for r in pairs]) for j in (2, 3, 4))  # (m, 2) or (m, 1)
+    pairs = [r for r in accepted if r[0] == "pair"]  # PairResult tuples
+    noiseless = np.array([r[1:] for r in accepted if r[0] == "noiseless"]).reshape(-1, 2)  # (return, length) rows
+    indices = np.array([r.idx for r in pairs])
+    returns = np.array([r.returns for r in pairs])  # (m, 2) or (m, 1)
+    sign_returns, lengths = np.array([r.sign_returns for r in pairs]), np.array([r.lengths for r in pairs])
     t1 = time.time()
     # The new state gets its own optimizer and statistics: `state` stays whole until the step is
     # accepted, so a stop or a NaN at any moment leaves a consistent state to checkpoint.
@@ -1256,14 +1277,14 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
     theta = update(state["theta"], g, optimizer, args)  # Eq. (7), (8) or (3), with weight decay
     ob_count = 0.0
     for r in pairs:  # Eq. (9): the new observations count from the next generation on
-        if r[5] is not None:
-            ob_stat.increment(r[5], r[6], float(sum(r[4])))
-            ob_count += float(sum(r[4]))
+        if r.ob_sum is not None:
+            ob_stat.increment(r.ob_sum, r.ob_sumsq, float(sum(r.lengths)))
+            ob_count += float(sum(r.lengths))
     steps = int(lengths.sum() + noiseless[:, 1].sum())
     skipped = stale + sum(1 for k in results if k >= gen.closed_at)
     new = dict(state, theta=theta, optimizer=optimizer, ob_stat=ob_stat, iteration=state["iteration"] + 1,
                episodes=state["episodes"] + lengths.size + len(noiseless), env_steps=state["env_steps"] + steps)
-    times = {name: np.array([r[7][name] for r in pairs]) for name in TIMERS}
+    times = {name: np.array([r.times[name] for r in pairs]) for name in TIMERS}
     info = dict(returns=returns.ravel(), lengths=lengths.ravel(), noiseless=noiseless, steps=steps,
                 skipped_frac=skipped / (skipped + len(accepted)), ob_count=ob_count, grad_norm=np.linalg.norm(g),
                 update_norm=np.linalg.norm(theta - state["theta"]), time_gen=time.time() - t0,
@@ -1480,7 +1501,7 @@ def play(args) -> np.ndarray:
     policy = Policy(task["theta"], sizes, args.activation, task["ob_mean"], task["ob_std"], act_space, args.ac_bins,
                     task["ob_clip"])
     env = make_env(args.env, args.episode_length)
-    returns = np.array([rollout(env, policy, int(stream(args.seed, EVAL, 10**6, j).integers(2**31)))[0]
+    returns = np.array([rollout(env, policy, int(stream(args.seed, EVAL, 10**6, j).integers(2**31))).ret
                         for j in range(args.episodes)])
     print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), policy of generation {state['iteration']}")

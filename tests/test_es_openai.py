@@ -322,7 +322,7 @@ def test_a_generation_closes_at_the_shortest_finished_prefix():
     jobs = [gen.next_job({}) for _ in range(3)]
     assert [j[2] for j in jobs[:2]] == [0, 1] and jobs[2] is None  # 2 pairs = 4 episodes, no more
     assert gen.jobs_left() == 0
-    pair = ("pair", 0, [1.0, 2.0], [0.0, 0.0], [10, 10], None, None, {})
+    pair = eo.PairResult("pair", 0, [1.0, 2.0], [0.0, 0.0], [10, 10], None, None, {})
     assert not gen.done({1: pair})  # job 0 is not back: the prefix is not finished
     assert gen.done({0: pair, 1: pair}) and gen.closed_at == 2
     args = config(**{**TINY, "population": 2, "min_timesteps": 25})
