@@ -277,7 +277,9 @@ def reset_env(env, seed: int):
 
 class Episode(NamedTuple):
     """What a rollout returns: the shaped return (shift, clipping) is what the update sees; the
-    plain return is what is reported."""
+    plain return is what is reported. Workers send it as a plain tuple and the master names it
+    again with Episode(*t): through Ray, a class of a script run as __main__ would travel with its
+    whole definition, some 4 kB per result."""
     ret: float  # sum of the rewards
     shaped: float  # sum of the shaped rewards (Eq. 3)
     length: int  # env steps
@@ -343,9 +345,9 @@ class Rollouts:
             # Both rollouts of the pair on the same env_seed (Eq. 3; the official code does not reseed).
             plus = rollout(self.env, M + nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, keep_obs=True)
             minus = rollout(self.env, M - nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, keep_obs=True)
-            return "train", index, plus, minus
+            return "train", index, tuple(plus), tuple(minus)  # plain tuples: see Episode
         env_seed = int(stream(self.seed, EVAL, iteration, index).integers(2**31))
-        return "eval", index, rollout(self.env, M, mu, inv_sigma, env_seed)
+        return "eval", index, tuple(rollout(self.env, M, mu, inv_sigma, env_seed))
 
 
 def worker_main(conn, *config):
@@ -668,7 +670,7 @@ def evaluate(pool: WorkerPool, iteration: int, M, stats, args, episodes: range) 
     """Plain returns of the noiseless policy on evaluation episodes `episodes` of this iteration."""
     mu, inv_sigma = normalizer(stats, args.version)
     out = pool.run(iteration, M, mu, inv_sigma, args.nu, [("eval", i) for i in episodes])
-    return np.array([out[i][0].ret for i in episodes])
+    return np.array([Episode(*out[i][0]).ret for i in episodes])
 
 
 def target_reached(pool: WorkerPool, state: dict, ev: np.ndarray, args) -> tuple:
@@ -717,7 +719,7 @@ def ars_iteration(pool: WorkerPool, state: dict, args) -> tuple:
     t0 = time.time()
     mu, inv_sigma = normalizer(stats, args.version)  # frozen for the whole iteration (Eq. 2)
     out = pool.run(j, M, mu, inv_sigma, args.nu, [("train", k) for k in range(N)])  # Eq. (3)
-    plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]  # Episode tuples
+    plus, minus = [Episode(*out[k][0]) for k in range(N)], [Episode(*out[k][1]) for k in range(N)]
     deltas = np.stack([sample_direction(args.seed, j, k, M.shape) for k in range(N)])  # (N, p, n)
     r_plus, r_minus = np.array([e.shaped for e in plus]), np.array([e.shaped for e in minus])
     M_new, sigma_R = ars_update(M, deltas, r_plus, r_minus, args.alpha, args.top_b)  # Eqs. (4)-(5)
@@ -761,13 +763,14 @@ class Run:
     def __init__(self, args):
         obs_dim, act_dim = check_env(args.env, args.episode_length)
         self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
-        self.dir, self.state, self.rows = start_run(args, obs_dim, act_dim)
+        self.dir, self.start_state, self.rows = start_run(args, obs_dim, act_dim)
         try:
-            write_json(os.path.join(self.dir, "config.json"), {**vars(args), "run_dir": self.dir, "versions": versions()})
+            write_json(os.path.join(self.dir, "config.json"),
+                       {**vars(args), "run_dir": self.dir, "versions": versions()})
         except OSError as e:  # a resumed run's folder that cannot be written
             raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
         if not args.resume:
-            checkpoint(self.dir, self.state, args)  # iteration 0: a run that fails early can still be resumed
+            checkpoint(self.dir, self.start_state, args)  # iteration 0: a run that fails early can still be resumed
         write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
         self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
         print(f"run directory: {self.dir}", flush=True)
@@ -777,15 +780,18 @@ class Run:
         col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
         evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
         self.last_eval = evals[-1] if evals else np.nan
-        self.t_start = time.time() - self.state["wall_time"]
+        self.t_start = time.time() - self.start_state["wall_time"]
 
-    def log(self, new: dict, info: dict, ev: np.ndarray, confirm: np.ndarray) -> tuple:
-        """Writes a row of progress.csv (flushed); returns `new` with its wall time, and the progress line."""
-        new = dict(new, wall_time=time.time() - self.t_start)
+    def elapsed(self) -> float:
+        """Seconds of training, over all the sessions of a resumed run."""
+        return time.time() - self.t_start
+
+    def log(self, new: dict, info: dict, ev: np.ndarray, confirm: np.ndarray) -> str:
+        """Writes a row of progress.csv (flushed); returns the progress line."""
         self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
         row, line = log_iteration(self.csv, new, info, ev, self.last_eval, confirm, self.args)
         self.rows.append(row)
-        return new, line
+        return line
 
     def save_if_due(self, state: dict, ev: np.ndarray):
         """A checkpoint and a new progress.png every --save-every iterations and after every evaluation."""
@@ -793,16 +799,21 @@ class Run:
             checkpoint(self.dir, state, self.args)
             plot_progress(self.dir, self.rows, self.title)
 
+    def hold_stops(self):
+        """From here on a stop would only interrupt the final save: Ctrl-C and SIGTERM wait for it."""
+        self.held = hold_stops()
+
     def interrupted(self, status: str) -> str:
         """Ctrl-C or SIGTERM: a second one (a shell or `timeout` often sends one) waits until the
         state is saved. A stop after the target or a divergence was logged changes nothing."""
-        self.held = hold_stops()
+        self.hold_stops()
         if status in ("target", "diverged"):
             return status
         print(f"\ninterrupted: resume with  python ars.py --resume {self.dir}", file=sys.stderr)
         return "interrupted"
 
     def close(self):
+        """Stops the workers and closes progress.csv, whatever ended the run; saves nothing (finish does)."""
         self.pool.close()
         self.csv.close()
 
@@ -824,7 +835,7 @@ def train(args) -> dict:
     """The run, line by line as the pseudocode of docs/ars.md: iterations of Algorithm 2
     (ars_iteration), evaluations, the log and checkpoints (Run). Returns the final state."""
     run = Run(args)  # M_0 = 0 and stats = (0, 0, 0), or both loaded by --resume; the workers start
-    state, status = run.state, "done"
+    state, status = run.start_state, "done"
     try:
         while state["iteration"] < args.iterations:
             new, info = ars_iteration(run.pool, state, args)  # N pairs, Eqs. (3)-(6)
@@ -835,7 +846,8 @@ def train(args) -> dict:
                 break
             ev = evaluate_if_due(run.pool, new, args)
             reached, confirm = target_reached(run.pool, new, ev, args)  # plays the confirmation episodes, if any
-            new, line = run.log(new, info, ev, confirm)
+            new = dict(new, wall_time=run.elapsed())
+            line = run.log(new, info, ev, confirm)  # a row of progress.csv
             # Logged: only now may `state`, and so a checkpoint, hold it. An interrupt before this
             # leaves `state` at the last logged iteration, and --resume redoes this one (its row dropped).
             state, status = new, ("target" if reached else status)
@@ -843,7 +855,7 @@ def train(args) -> dict:
             run.save_if_due(state, ev)
             if status == "target":
                 break
-        run.held = hold_stops()  # the run is over: a stop from here on would only interrupt its final save
+        run.hold_stops()  # the run is over
     except KeyboardInterrupt:
         status = run.interrupted(status)
     except RuntimeError:  # a worker died: keep the last finished iteration to resume from
@@ -883,8 +895,8 @@ def play(args):
     state = load_state(args.play, args, obs_dim, act_dim)
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = make_env(args.env, args.episode_length)
-    returns = np.array([rollout(env, state["M"], mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, i).integers(2**31))).ret
-                        for i in range(args.episodes)])
+    seeds = [int(stream(args.seed, EVAL, 10**6, i).integers(2**31)) for i in range(args.episodes)]
+    returns = np.array([rollout(env, state["M"], mu, inv_sigma, env_seed).ret for env_seed in seeds])
     print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), policy of iteration {state['iteration']}")
     if args.video:

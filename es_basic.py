@@ -525,13 +525,14 @@ class Run:
         obs_dim, n_out, _ = check_env(args.env)
         self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
         self.sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
-        self.dir, self.state, self.rows = start_run(args, n_params(self.sizes))
+        self.dir, self.start_state, self.rows = start_run(args, n_params(self.sizes))
         try:
-            write_json(os.path.join(self.dir, "config.json"), {**vars(args), "run_dir": self.dir, "versions": versions()})
+            write_json(os.path.join(self.dir, "config.json"),
+                       {**vars(args), "run_dir": self.dir, "versions": versions()})
         except OSError as e:  # a resumed run's folder that cannot be written
             raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
         if not args.resume:
-            checkpoint(self.dir, self.state, args)  # iteration 0: a run that fails early can still be resumed
+            checkpoint(self.dir, self.start_state, args)  # iteration 0: a run that fails early can still be resumed
         write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
         self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
         print(f"run directory: {self.dir}  ({n_params(self.sizes)} parameters)", flush=True)
@@ -539,13 +540,16 @@ class Run:
         col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
         evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
         self.last_eval = evals[-1] if evals else np.nan
-        self.t_start = time.time() - self.state["wall_time"]
+        self.t_start = time.time() - self.start_state["wall_time"]
         self.title = f"ES ({'mirrored' if args.mirror else 'plain'}, {args.fitness}) on {args.env}"
 
+    def elapsed(self) -> float:
+        """Seconds of training, over all the sessions of a resumed run."""
+        return time.time() - self.t_start
+
     def log(self, new: dict, returns: np.ndarray, lengths: np.ndarray, g: np.ndarray, ev: np.ndarray,
-            seconds: float) -> tuple:
-        """Writes a row of progress.csv (flushed); returns `new` with its wall time, and the progress line."""
-        new = dict(new, wall_time=time.time() - self.t_start)
+            seconds: float) -> str:
+        """Writes a row of progress.csv (flushed); returns the progress line."""
         self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
         steps_per_s = lengths.sum() / seconds
         row = [new["iteration"], new["episodes"], new["env_steps"], round(new["wall_time"], 2),
@@ -559,7 +563,7 @@ class Run:
         line = (f"it {new['iteration']:5d} | eps {new['episodes']:7d} | steps {new['env_steps']:10,d} | "
                 f"return {returns.mean():8.1f} (max {returns.max():7.1f}) | eval {self.last_eval:7.1f} | "
                 f"{steps_per_s:6.0f} steps/s | {fmt_time(new['wall_time'])} | ETA {fmt_time(eta)}")
-        return new, line
+        return line
 
     def save_if_due(self, state: dict, ev: np.ndarray):
         """A checkpoint and a new progress.png every --save-every iterations and after every evaluation."""
@@ -567,16 +571,21 @@ class Run:
             checkpoint(self.dir, state, self.args)
             plot_progress(self.dir, self.rows, self.title)
 
+    def hold_stops(self):
+        """From here on a stop would only interrupt the final save: Ctrl-C and SIGTERM wait for it."""
+        self.held = hold_stops()
+
     def interrupted(self, status: str) -> str:
         """Ctrl-C or SIGTERM: a second one (a shell or `timeout` often sends one) waits until the
         state is saved. A stop after the target or a divergence was logged changes nothing."""
-        self.held = hold_stops()
+        self.hold_stops()
         if status in ("target", "diverged"):
             return status
         print(f"\ninterrupted: resume with  python es_basic.py --resume {self.dir}", file=sys.stderr)
         return "interrupted"
 
     def close(self, status: str):
+        """Stops the workers and closes progress.csv, whatever ended the run; saves nothing (finish does)."""
         self.episodes.close(interrupted=status == "interrupted")
         self.csv.close()
 
@@ -597,21 +606,22 @@ def train(args) -> dict:
     """The run, line by line as the pseudocode of docs/es_basic.md: iterations of Algorithm 1
     (es_iteration), evaluations, the log and checkpoints (Run). Returns the final state."""
     run = Run(args)  # theta_0 = 0, or loaded by --resume; the workers start
-    state, status = run.state, "done"
+    state, status = run.start_state, "done"
     try:
         while state["iteration"] < args.iterations:
             t0 = time.time()
             theta, returns, lengths, g = es_iteration(run.episodes, state["theta"], state["iteration"], args)
-            if not (np.isfinite(theta).all() and np.isfinite(returns).all()):
-                status = "diverged"
-                print(f"NaN or inf at iteration {state['iteration'] + 1}: the run stops; the last good checkpoint "
-                      "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
-                break
+            seconds = time.time() - t0  # the episodes and the update, for steps/s
             new = {"theta": theta, "iteration": state["iteration"] + 1, "episodes": state["episodes"] + len(returns),
                    "env_steps": state["env_steps"] + int(lengths.sum())}
-            seconds = time.time() - t0
+            if not (np.isfinite(theta).all() and np.isfinite(returns).all()):
+                status = "diverged"
+                print(f"NaN or inf at iteration {new['iteration']}: the run stops; the last good checkpoint "
+                      "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
+                break
             ev = evaluate_if_due(run.episodes, new, args)
-            new, line = run.log(new, returns, lengths, g, ev, seconds)
+            new["wall_time"] = run.elapsed()
+            line = run.log(new, returns, lengths, g, ev, seconds)  # a row of progress.csv
             reached = args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return
             # Logged: only now may `state`, and so a checkpoint, hold it. An interrupt before this
             # leaves `state` at the last logged iteration, and --resume redoes this one (its row dropped).
@@ -620,9 +630,12 @@ def train(args) -> dict:
             run.save_if_due(state, ev)
             if status == "target":
                 break
-        run.held = hold_stops()  # the run is over: a stop from here on would only interrupt its final save
+        run.hold_stops()  # the run is over
     except KeyboardInterrupt:
         status = run.interrupted(status)
+    except RuntimeError:  # a worker died: keep the last finished iteration to resume from
+        checkpoint(run.dir, state, args)
+        raise
     finally:
         run.close(status)
     return run.finish(state, status)

@@ -25,8 +25,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import NamedTuple
 from multiprocessing import shared_memory
+from typing import NamedTuple
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -630,7 +630,7 @@ def rollout_lockstep(envs: list, policy: PolicyBatch, env_seeds: list, rngs: lis
     2p + 1 (-) are pair p's, both reset with env_seeds[p]; one PolicyBatch call per step computes
     every action. An episode that ends leaves its row computed and ignored while the others go on.
     rngs[p] draws pair p's action noise, keep_obs[p] says whether pair p records its observations.
-    Returns rollout's tuple for each episode, the same bits as each pair run alone. The timers
+    Returns an Episode for each, the same bits as each pair run alone. The timers
     split each call's time evenly over the env steps it served: policy_us and env_us are the
     totals over all the episodes' env steps."""
     obs = [reset_env(env, env_seeds[i // 2])[0] for i, env in enumerate(envs)]  # what the policy acts on next
@@ -663,7 +663,8 @@ def rollout_lockstep(envs: list, policy: PolicyBatch, env_seeds: list, rngs: lis
     if timer is not None:
         timer["policy_us"].append(1e6 * t_policy / sum(steps))
         timer["env_us"].append(1e6 * t_env / sum(steps))
-    return [Episode(total[i], sign_total[i], steps[i], None if kept[i] is None else obs_sums(kept[i])) for i in range(B)]
+    return [Episode(total[i], sign_total[i], steps[i], None if kept[i] is None else obs_sums(kept[i]))
+            for i in range(B)]
 
 
 def job_kind(seed: int, generation: int, k: int, eval_prob: float) -> tuple:
@@ -677,21 +678,21 @@ def run_jobs(worker: dict, task: dict, jobs: list) -> list:
     (or one episode) of the population (Eq. 6), a noiseless episode (eval_prob), or an evaluation
     episode. The mirrored pairs among them are stepped together (rollout_lockstep), the rest one by
     one. Returns [(k, result)], scalars and sums only; a result does not depend on the jobs beside it."""
-    spec = (worker["sizes"], worker["activation"], task["ob_mean"], task["ob_std"], worker["act_space"], worker["ac_bins"],
-            task["ob_clip"])
+    spec = (worker["sizes"], worker["activation"], task["ob_mean"], task["ob_std"], worker["act_space"],
+            worker["ac_bins"], task["ob_clip"])
     results, pairs = [None] * len(jobs), []
     for i, (kind, generation, k) in enumerate(jobs):
         if kind == "eval":  # --eval-every: the noiseless policy on evaluation seeds
             env_seed = int(stream(worker["seed"], EVAL, generation, k).integers(2**31))
-            ret, _, length, _ = rollout(worker["env"], Policy(task["theta"], *spec), env_seed)
-            results[i] = (ret, length)
+            episode = rollout(worker["env"], Policy(task["theta"], *spec), env_seed)
+            results[i] = (episode.ret, episode.length)
             continue
         rng, noiseless = job_kind(worker["seed"], generation, k, worker["eval_prob"])
         # Both rollouts of a pair share the environment seed (deviation: the starter code does not reseed).
         env_seed = int(rng.integers(2**31))
         if noiseless:
-            ret, _, length, _ = rollout(worker["env"], Policy(task["theta"], *spec), env_seed)
-            results[i] = ("noiseless", ret, length)
+            episode = rollout(worker["env"], Policy(task["theta"], *spec), env_seed)
+            results[i] = ("noiseless", episode.ret, episode.length)
             continue
         job = dict(perturb(worker, task, rng), i=i, rng=rng, env_seed=env_seed)
         if worker["mirror"]:
@@ -706,8 +707,9 @@ def run_jobs(worker: dict, task: dict, jobs: list) -> list:
         envs += [make_env(worker["env_id"], worker["episode_length"]) for _ in range(2 * len(pairs) - len(envs))]
         timer, t3 = {"policy_us": [], "env_us": []}, time.perf_counter()
         policy = PolicyBatch([theta for job in pairs for theta in job["thetas"]], *spec)  # rows +, -, +, -, ...
-        episodes = rollout_lockstep(envs[:2 * len(pairs)], policy, [j["env_seed"] for j in pairs],
-                                    [j["rng"] for j in pairs], worker["ac_noise_std"], [j["keep_obs"] for j in pairs], timer)
+        episodes = rollout_lockstep(envs[:2 * len(pairs)], policy, [job["env_seed"] for job in pairs],
+                                    [job["rng"] for job in pairs], worker["ac_noise_std"],
+                                    [job["keep_obs"] for job in pairs], timer)
         share = (time.perf_counter() - t3) / len(pairs)  # each pair's share of the lockstep time
         for p, job in enumerate(pairs):
             results[job["i"]] = population_result(job, episodes[2 * p:2 * p + 2], timer, share)
@@ -732,7 +734,9 @@ def perturb(worker: dict, task: dict, rng) -> dict:
 
 
 class PairResult(NamedTuple):
-    """A population job's result as it travels to the master: scalars and sums, never vectors."""
+    """A population job's result: scalars and sums, never vectors. It travels as a plain tuple and
+    the master names it again with PairResult(*t): through Ray, a class of a script run as __main__
+    would travel with its whole definition, some 4 kB per result."""
     kind: str  # "pair" (also for one episode without mirroring); noiseless episodes send ("noiseless", return, length)
     idx: int  # where eps_i starts in the noise table
     returns: list  # of the + and - episodes (the + one alone without mirroring)
@@ -743,15 +747,15 @@ class PairResult(NamedTuple):
     times: dict  # the timers of TIMERS
 
 
-def population_result(job: dict, episodes: list, timer: dict, rollout_time: float) -> PairResult:
-    """A population job's result from its Episode tuples and its timers."""
+def population_result(job: dict, episodes: list, timer: dict, rollout_time: float) -> tuple:
+    """A population job's result (the fields of PairResult) from its Episodes and its timers."""
     ob_sum = ob_sumsq = None
     if job["keep_obs"]:
         ob_sum, ob_sumsq = sum(e.ob_sums[0] for e in episodes), sum(e.ob_sums[1] for e in episodes)
     times = dict(job["times"], mutation=job["times"]["mutation"] + rollout_time,
                  policy_us=float(np.mean(timer["policy_us"])), env_us=float(np.mean(timer["env_us"])))
-    return PairResult("pair", job["idx"], [e.ret for e in episodes], [e.sign_ret for e in episodes],
-                      [e.length for e in episodes], ob_sum, ob_sumsq, times)
+    return tuple(PairResult("pair", job["idx"], [e.ret for e in episodes], [e.sign_ret for e in episodes],
+                            [e.length for e in episodes], ob_sum, ob_sumsq, times))  # a plain tuple: see PairResult
 
 
 def worker_main(conn, worker: dict):
@@ -787,9 +791,9 @@ class WorkerPool:
 
     def __init__(self, workers: int, noise: NoiseTable, args, act_space, sizes: list):
         worker = dict(noise=noise, seed=args.seed, env_id=args.env, episode_length=args.episode_length,
-                 sizes=sizes, activation=args.activation, act_space=act_space, ac_bins=args.ac_bins,
-                 sigma=args.sigma, mirror=args.mirror, ac_noise_std=args.ac_noise_std,
-                 calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
+                      sizes=sizes, activation=args.activation, act_space=act_space, ac_bins=args.ac_bins,
+                      sigma=args.sigma, mirror=args.mirror, ac_noise_std=args.ac_noise_std,
+                      calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         ctx = mp.get_context("fork")  # workers inherit the shared table and the environment's spaces
         self.conns, self.procs, self.busy, self.task_id, self.lockstep = [], [], set(), 0, args.lockstep
         self.stale = self.stale_logged = 0  # results of an older task dropped so far, and logged so far
@@ -973,9 +977,9 @@ class RayPool(WorkerPool):
         self.table = table = ray.put(noise.table)  # held for the run: a restarted actor maps it again
         noise.move_to(ray.get(table))  # the master reads the object store's copy: one table per node
         worker = dict(seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
-                 activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma,
-                 mirror=args.mirror, ac_noise_std=args.ac_noise_std,
-                 calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
+                      activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma,
+                      mirror=args.mirror, ac_noise_std=args.ac_noise_std,
+                      calc_obstat_prob=args.calc_obstat_prob if args.obs_norm else 0.0, eval_prob=args.eval_prob)
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayWorker)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(worker, table) for _ in range(workers)]
         self.inflight, self.load = {}, [0] * workers  # {result ref: (its actor, its task)}, jobs queued per actor
@@ -1059,7 +1063,8 @@ class Generation:
 
     @staticmethod
     def steps(result) -> int:
-        return int(sum(result[4])) if result[0] == "pair" else int(result[2])
+        """Env steps of a result: a pair's, or a noiseless episode's ("noiseless", R, L)."""
+        return int(sum(PairResult(*result).lengths)) if result[0] == "pair" else int(result[2])
 
     def done(self, results: dict) -> bool:
         episodes = steps = 0
@@ -1068,7 +1073,7 @@ class Generation:
                 return False
             r = results[k]
             steps += self.steps(r)
-            episodes += len(r.returns) if r[0] == "pair" else 0
+            episodes += len(PairResult(*r).returns) if r[0] == "pair" else 0
             if episodes >= self.args.population and steps >= self.args.min_timesteps:
                 self.closed_at = k + 1
                 return True
@@ -1263,7 +1268,7 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
     stale = pool.stale - stale_before  # including those that came back during the last evaluation
     pool.stale_logged = pool.stale
     accepted = [results[k] for k in range(gen.closed_at)]
-    pairs = [r for r in accepted if r[0] == "pair"]  # PairResult tuples
+    pairs = [PairResult(*r) for r in accepted if r[0] == "pair"]
     noiseless = np.array([r[1:] for r in accepted if r[0] == "noiseless"]).reshape(-1, 2)  # (return, length) rows
     indices = np.array([r.idx for r in pairs])
     returns = np.array([r.returns for r in pairs])  # (m, 2) or (m, 1)
@@ -1356,8 +1361,9 @@ class Run:
         obs_dim, act_space = check_env(args)
         self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
         self.sizes = layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
-        run_dir, self.state, self.rows = start_run(args, self.sizes, obs_dim)
-        self.noise = make_noise_table(args, n_params(self.sizes))  # before anything is written: a refusal leaves no trace
+        run_dir, self.start_state, self.rows = start_run(args, self.sizes, obs_dim)
+        # The noise table before anything is written: a refusal (memory, /dev/shm) leaves no trace.
+        self.noise = make_noise_table(args, n_params(self.sizes))
         try:
             self.dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
             try:
@@ -1366,7 +1372,7 @@ class Run:
             except OSError as e:  # a resumed run's folder that cannot be written
                 raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
             if not args.resume:
-                checkpoint(self.dir, self.state, args, self.sizes, snapshot=True)  # generation 0 is a snapshot too
+                checkpoint(self.dir, self.start_state, args, self.sizes, snapshot=True)  # generation 0 is a snapshot too
             write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
             self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
             print(f"run directory: {self.dir}  ({n_params(self.sizes)} parameters)", flush=True)
@@ -1377,15 +1383,18 @@ class Run:
         col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
         evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
         self.last_eval = evals[-1] if evals else np.nan
-        self.t_start, self.title = time.time() - self.state["wall_time"], f"OpenAI ES on {args.env}"
+        self.t_start, self.title = time.time() - self.start_state["wall_time"], f"OpenAI ES on {args.env}"
 
-    def log(self, new: dict, info: dict, ev: np.ndarray) -> tuple:
-        """Writes a row of progress.csv (flushed); returns `new` with its wall time, and the progress line."""
-        new = dict(new, wall_time=time.time() - self.t_start)
+    def elapsed(self) -> float:
+        """Seconds of training, over all the sessions of a resumed run."""
+        return time.time() - self.t_start
+
+    def log(self, new: dict, info: dict, ev: np.ndarray) -> str:
+        """Writes a row of progress.csv (flushed); returns the progress line."""
         self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
         row, line = log_generation(self.csv, new, info, ev, self.last_eval, self.args)
         self.rows.append(row)
-        return new, line
+        return line
 
     def save_if_due(self, state: dict, ev: np.ndarray):
         """A checkpoint and a new progress.png after every evaluation and every --save-every
@@ -1394,16 +1403,20 @@ class Run:
             checkpoint(self.dir, state, self.args, self.sizes, snapshot=state["iteration"] % self.args.save_every == 0)
             plot_progress(self.dir, self.rows, self.title)
 
+    def hold_stops(self):
+        """From here on a stop would only interrupt the final save: Ctrl-C and SIGTERM wait for it."""
+        self.held = hold_stops()
+
     def interrupted(self, status) -> str:
         """Ctrl-C or SIGTERM: a second one (a shell or `timeout` often sends one) waits until the
         state is saved. A stop after the target or a divergence was logged changes nothing."""
-        self.held = hold_stops()
+        self.hold_stops()
         if status in ("target", "diverged"):
             return status
         print(f"\ninterrupted: resume with  python es_openai.py --resume {self.dir}", file=sys.stderr)
         return "interrupted"
 
-    def close(self, state: dict, status):
+    def close_and_save(self, state: dict, status):
         """Whatever ended the run, a worker's death included: the workers and the table go, and the
         last logged generation is saved (a snapshot too if the run finished)."""
         self.pool.close()
@@ -1416,6 +1429,7 @@ class Run:
             signal.signal(signum, handler)
 
     def finish(self, state: dict, status: str) -> dict:
+        """The report of a run that reached its target, and train()'s result."""
         if status == "target":
             print(f"target {self.args.target_return} reached at generation {state['iteration']}: "
                   f"{state['episodes']} episodes, {state['env_steps']} env steps, "
@@ -1427,7 +1441,7 @@ def train(args) -> dict:
     """The run, line by line as the pseudocode of docs/es_openai.md: generations of Algorithm 2
     (es_generation), evaluations, the log and snapshots (Run). Returns the final state."""
     run = Run(args)  # theta_0 by normc (Eq. 10), or loaded by --resume; the noise table; the workers start
-    state, status = run.state, None
+    state, status = run.start_state, None
     try:
         while state["iteration"] < args.iterations:
             new, info = es_generation(run.pool, run.noise, state, args)  # the population, Eqs. (4)-(9)
@@ -1437,7 +1451,8 @@ def train(args) -> dict:
                       "is kept (try a smaller --alpha or --sigma)", file=sys.stderr)
                 break
             ev = evaluate_if_due(run.pool, new, args)
-            new, line = run.log(new, info, ev)
+            new = dict(new, wall_time=run.elapsed())
+            line = run.log(new, info, ev)  # a row of progress.csv
             reached = args.target_return is not None and not np.isnan(ev).all() and ev.mean() >= args.target_return
             # Logged: only now may `state`, and so a checkpoint, hold it. An interrupt before this
             # leaves `state` at the last logged generation, and --resume redoes this one (its row dropped).
@@ -1447,11 +1462,11 @@ def train(args) -> dict:
             if status == "target":
                 break
         status = status or "done"
-        run.held = hold_stops()  # the run is over: a stop from here on would only interrupt its final save
+        run.hold_stops()  # the run is over
     except KeyboardInterrupt:
         status = run.interrupted(status)
     finally:
-        run.close(state, status)
+        run.close_and_save(state, status)
     return run.finish(state, status)
 
 

@@ -7,38 +7,63 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
-def interrupt_at_line(train, n: int, after: int = 0):
+def only_builtin_types(x) -> bool:
+    """Whether x holds only built-in containers and scalars, None, and numpy arrays and scalars:
+    what a worker may send back (through Ray, an object of a class defined in a script run as
+    __main__ travels with the class's whole definition)."""
+    import numpy as np
+    if type(x) in (tuple, list):
+        return all(only_builtin_types(v) for v in x)
+    if type(x) is dict:
+        return all(type(k) is str and only_builtin_types(v) for k, v in x.items())
+    return x is None or type(x) in (str, int, float, bool) or isinstance(x, (np.ndarray, np.generic))
+
+
+def interrupt_at_line(train, n: int, after: int = 0, also=()):
     """A trace function that raises KeyboardInterrupt (what Ctrl-C and SIGTERM raise in the
     scripts) at the n-th line executed in the training loop of `train` (from its `while state[`
-    line to its `except KeyboardInterrupt`), counting from the loop's pass number after + 1: a
-    signal can arrive between any two lines. Returns the trace and a list that gets n if it fired."""
+    line to its `except KeyboardInterrupt`) or in the functions `also` that the loop calls (the
+    log row, the checkpoint), counting from the loop's pass number after + 1: a signal can arrive
+    between any two lines. Returns the trace and a list that gets n if it fired."""
     import inspect
     source, first = inspect.getsourcelines(train)
     loop = [first + i for i, line in enumerate(source) if "while state[" in line or "except KeyboardInterrupt" in line]
+    helpers = {f.__code__ for f in also}
     count, passes, fired = [0], [0], []
+
+    def count_line():
+        if passes[0] > after:
+            count[0] += 1
+            if count[0] == n:
+                fired.append(n)
+                raise KeyboardInterrupt
 
     def local(frame, event, arg):
         if event == "line" and loop[0] <= frame.f_lineno < loop[1]:
             passes[0] += frame.f_lineno == loop[0]
-            if passes[0] > after:
-                count[0] += 1
-                if count[0] == n:
-                    fired.append(n)
-                    raise KeyboardInterrupt
+            count_line()
         return local
 
+    def in_helper(frame, event, arg):
+        if event == "line":
+            count_line()
+        return in_helper
+
     def trace(frame, event, arg):
-        return local if frame.f_code is train.__code__ else None
+        if frame.f_code is train.__code__:
+            return local
+        return in_helper if frame.f_code in helpers else None
     return trace, fired
 
 
-def interrupted_runs(train, start, after: int = 0):
+def interrupted_runs(train, start, after: int = 0, also=()):
     """(n, start(n)) for n = 1, 2, ...: start(n) runs a training interrupted at the n-th line of
-    its loop (interrupt_at_line). Stops at the first n the run does not reach: every line was tried."""
+    its loop or of the functions `also` (interrupt_at_line). Stops at the first n the run does not
+    reach: every line was tried."""
     n = 0
     while True:
         n += 1
-        trace, fired = interrupt_at_line(train, n, after)
+        trace, fired = interrupt_at_line(train, n, after, also)
         sys.settrace(trace)
         try:
             result = start(n)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ars
-from conftest import interrupted_runs, sigint_during_close
+from conftest import interrupted_runs, only_builtin_types, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -227,7 +227,8 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
     points = 0
-    for n, half in interrupted_runs(ars.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1):
+    for n, half in interrupted_runs(ars.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1,
+                                    also=(ars.Run.log, ars.Run.save_if_due, ars.evaluate_if_due, ars.target_reached)):
         if half["status"] == "interrupted":
             half = ars.main(["--resume", half["run_dir"], "--iterations", "2"])
         assert half["status"] == full["status"], f"interrupted at line {n}"
@@ -237,7 +238,7 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
         assert [(r[0], r[4], r[8], r[-1]) for r in rows] == [(r[0], r[4], r[8], r[-1]) for r in full_rows], \
             f"interrupted at line {n}"
         points = n
-    assert points > 8  # every line of the second pass of the loop
+    assert points > 15  # every line of the second pass of the loop, and of the log and checkpoint
 
 
 def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
@@ -274,6 +275,17 @@ def test_rollout_acts_with_the_normalized_linear_policy_of_eq_2():
     n, mean, m2 = stats
     np.testing.assert_allclose(mean, np.mean(env.obs[:-1], axis=0))  # the final observation is never acted on
     assert (total, shaped, steps, n) == (20.0, 20.0, 20, 20)
+
+
+def test_a_worker_sends_back_only_builtin_types():
+    # A job's answer is what travels through pipes and Ray: plain tuples of numbers and statistics,
+    # no Episode (a class of a script run as __main__ would travel with its definition through Ray).
+    worker = ars.Rollouts("Pendulum-v1", None, 0, 0.0, 0.0)
+    worker.set_params(0, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
+    train, evaluation = worker.job("train", 0), worker.job("eval", 0)
+    assert only_builtin_types(train) and only_builtin_types(evaluation)
+    assert ars.Episode(*train[2]).length == 200 and ars.Episode(*train[2]).stats[0] == 200
+    assert ars.Episode(*evaluation[2]).stats is None
 
 
 def test_ars_raises_the_return_on_a_cheap_environment(tmp_path):

@@ -9,6 +9,7 @@ import sys
 import time
 
 import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
 import numpy as np
 import pytest
 
@@ -200,7 +201,8 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
     points = 0
-    for n, half in interrupted_runs(es.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1):
+    for n, half in interrupted_runs(es.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1,
+                                    also=(es.Run.log, es.Run.save_if_due, es.evaluate_if_due)):
         if half["status"] == "interrupted":
             half = es.main(["--resume", half["run_dir"], "--iterations", "2"])
         assert half["status"] == full["status"], f"interrupted at line {n}"
@@ -210,7 +212,7 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
         assert [(r[0], r[4], r[8]) for r in rows] == [(r[0], r[4], r[8]) for r in full_rows], \
             f"interrupted at line {n}"
         points = n
-    assert points > 8  # every line of the second pass of the loop
+    assert points > 15  # every line of the second pass of the loop, and of the log and checkpoint
 
 
 def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
@@ -312,7 +314,6 @@ def test_unwritable_output_folder(tmp_path):
     assert out.returncode == 2 and "cannot create the run directory" in out.stderr
 
 
-
 def test_a_resumed_run_directory_that_cannot_be_written(tmp_path):
     good = run(tmp_path / "good", iterations=1)
     os.mkdir(os.path.join(good["run_dir"], "config.json.tmp"))  # config.json cannot be rewritten (even as root)
@@ -321,6 +322,7 @@ def test_a_resumed_run_directory_that_cannot_be_written(tmp_path):
     assert "cannot write to the run directory" in line
     after = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
     assert after == before
+
 
 class CrashEnv(MultiBinaryEnv):
     action_space = gym.spaces.Discrete(2)
@@ -343,6 +345,29 @@ def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
             run(tmp_path, env="EsCrashTest-v0", workers=2)
     finally:
         signal.alarm(0)
+
+
+class CrashLaterEnv(CartPoleEnv):
+    """Dies at the start of the 13th episode counted over all processes (one byte per reset in the
+    file $ES_CRASH_COUNT): with a population of 4 and no evaluation, the first episode of iteration 4."""
+    def reset(self, seed=None, options=None):
+        with open(os.environ["ES_CRASH_COUNT"], "ab") as f:
+            f.write(b"x")
+        if os.path.getsize(os.environ["ES_CRASH_COUNT"]) >= 13:
+            os._exit(3)
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="test environments reach workers only by fork")
+def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_path, monkeypatch):
+    gym.register("EsCrashLaterTest-v0", entry_point=CrashLaterEnv, max_episode_steps=20)
+    monkeypatch.setenv("ES_CRASH_COUNT", str(tmp_path / "resets"))
+    with pytest.raises(RuntimeError, match="worker process died"):
+        run(tmp_path, env="EsCrashLaterTest-v0", iterations=10, population=4, workers=2, eval_every=100,
+            save_every=100)
+    (run_dir,) = glob.glob(str(tmp_path / "EsCrashLaterTest-v0__es_basic__*"))
+    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
+    assert int(ck["iteration"]) == 3 and int(ck["episodes"]) == 12
 
 
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
