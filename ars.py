@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import NamedTuple
 
@@ -114,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_EPISODES = 10**6  # per evaluation or iteration: more is a typo, and its bookkeeping would fill the memory
+
+
 class UserError(Exception):
     """A mistake in the command line or the files it names: one line, exit status 2."""
 
@@ -136,6 +140,8 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
               (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
                "--eval-every, --eval-episodes and --save-every must be at least 1"),
               (args.episodes >= 1, "--episodes must be at least 1"),
+              (max(args.episodes, args.eval_episodes, args.confirm_episodes, args.n_directions) <= MAX_EPISODES,
+               f"--episodes, --eval-episodes, --confirm-episodes and --n-directions must be at most {MAX_EPISODES:,}"),
               (args.confirm_episodes >= 0, "--confirm-episodes must be 0 or more"),
               (args.reward_clip >= 0, "--reward-clip must be 0 (off) or positive"),
               (not any(v is not None and math.isnan(v) for v in (args.target_return, args.confirm_return)),
@@ -153,10 +159,25 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
 def set_workers(args: argparse.Namespace):
     """--workers defaults to this machine's cores, or with --ray to the cluster's CPUs (Ray is joined
     or started here: a cluster that cannot be reached is refused before anything is written)."""
-    if args.ray and not args.play:
+    cpus = available_cores()
+    if args.ray and args.play is None:
         ray = start_ray(args.ray_address)
-        args.workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    args.workers = args.workers or available_cores()
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    args.workers = args.workers or cpus
+    if args.workers > 16 * cpus:  # each worker is a process with an environment: surely a typo
+        raise UserError(f"--workers {args.workers} is more than 16 per CPU ({cpus} CPUs {'in the cluster' if args.ray else 'here'})")
+
+
+def exit_with_master():
+    """In a worker: end this process when the master is gone, even killed with SIGKILL (then no
+    'stop' comes, and a pipe end inherited by a sibling worker would keep recv() waiting forever)."""
+    master = os.getppid()
+
+    def watch():
+        while os.getppid() == master:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def check_env(env_id: str, episode_length=None):
@@ -355,9 +376,13 @@ def worker_main(conn, *config):
     direction indices or evaluation episode numbers; sends back scalars and statistics only."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the master's SIGTERM handler is not for workers
+    exit_with_master()
     worker = Rollouts(*config)
     while True:
-        msg = conn.recv()
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the master closed the pipe
+            return
         if msg[0] == "stop":
             return
         if msg[0] == "params":
@@ -574,29 +599,51 @@ def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
             break
         except FileExistsError:
             n += 1
-        except OSError as e:
-            raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
-                            "choose another --out-dir") from None
+        except (OSError, RecursionError) as e:  # RecursionError: thousands of folders to create
+            raise UserError(f"cannot create the run directory in '{out_dir}': "
+                            f"{getattr(e, 'strerror', None) or 'path too deep'}; choose another --out-dir") from None
     os.makedirs(os.path.join(path, "checkpoints"))
     return path
 
 
 def read_config(run_dir: str, script: str, required: tuple) -> dict:
-    """The config.json of a run directory of `script`, with the keys `required`, or a UserError."""
+    """The config.json of a run directory of `script`, with the keys `required` and every saved
+    flag of its flag's type (a hand-edited file can hold anything), or a UserError."""
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             cfg = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         cfg = None
-    if not isinstance(cfg, dict) or not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
+    cfg = cfg if isinstance(cfg, dict) else {}
+    name = os.path.basename(str(cfg.get("run_dir"))).split("__")  # ENV__SCRIPT__SEED__STAMP
+    maker = cfg.get("script", name[1] + ".py" if len(name) == 4 else script)  # older configs have no "script"
+    if maker != script:
+        raise UserError(f"'{run_dir}' is a run directory of {maker}, not of {script}; use python {maker} with it")
+    if not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
         raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
+    for action in build_parser()._actions:
+        value, kind = cfg.get(action.dest), (bool if isinstance(action.default, bool) else action.type)
+        wrong_type = value is not None and kind in (bool, int, float) and (
+            isinstance(value, bool) != (kind is bool) or not isinstance(value, int if kind is int else (int, float)))
+        if wrong_type or (value is not None and action.choices and value not in action.choices):
+            raise UserError(f"the config.json of '{run_dir}' holds {value!r} for {action.dest}, which "
+                            f"--{action.dest.replace('_', '-')} does not take")
     return cfg
+
+
+def replace_or_clean(tmp: str, path: str):
+    """The last step of an atomic write: rename tmp to path, or remove tmp and raise."""
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        os.remove(tmp)
+        raise
 
 
 def save_npz_atomic(path: str, **arrays):
     tmp = path + ".tmp.npz"
     np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    replace_or_clean(tmp, path)
 
 
 def load_npz(path: str) -> dict:
@@ -614,22 +661,38 @@ def write_csv_rows(path: str, rows: list, header: list):
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
-    os.replace(path + ".tmp", path)
+    replace_or_clean(path + ".tmp", path)
 
 
 def write_json(path: str, data: dict):
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=2)
-    os.replace(path + ".tmp", path)
+    replace_or_clean(path + ".tmp", path)
 
 
-def read_csv_rows(path: str) -> list:
+def read_csv_rows(path: str, columns: list = None) -> list:
+    """The rows of a progress.csv, as strings, checked against `columns` if given (a log written
+    before the last columns were added gets nan in them). ValueError if it is damaged or edited."""
     with open(path, newline="") as f:
-        return list(csv.reader(f))[1:]
+        header, *rows = list(csv.reader(f)) or [[]]
+    columns = columns or header
+    if len(header) < len(SHARED_COLUMNS) or header != columns[:len(header)] or any(len(r) != len(header) for r in rows):
+        raise ValueError(f"{path}: not the columns of this script")
+    for r in rows:
+        [float(v or "nan") for v in r]  # every cell a number (or empty, or nan): ValueError otherwise
+    return [r + ["nan"] * (len(columns) - len(header)) for r in rows]
 
 
 def plot_progress(run_dir: str, rows: list, title: str):
-    """Redraw progress.png: training return (mean and range) and evaluation return."""
+    """Redraw progress.png: training return (mean and range) and evaluation return. A plot that
+    fails (matplotlib half-imported when a Ctrl-C came, a full disk) costs the picture, not the run."""
+    try:
+        draw_progress(run_dir, rows, title)
+    except Exception as e:
+        print(f"warning: progress.png not redrawn ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def draw_progress(run_dir: str, rows: list, title: str):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -736,12 +799,12 @@ def ars_iteration(pool: WorkerPool, state: dict, args) -> tuple:
 
 def start_run(args, obs_dim: int, act_dim: int) -> tuple:
     """A new run directory with M_0 = 0, or the state and log of the run to resume."""
-    if args.resume:
+    if args.resume is not None:
         state = load_state(args.resume, args, obs_dim, act_dim)
         try:
-            rows = [r + ["nan"] * (len(COLUMNS) - len(r))  # a log written before a column was added
-                    for r in read_csv_rows(os.path.join(args.resume, "progress.csv")) if int(r[0]) <= state["iteration"]]
-        except (OSError, ValueError, IndexError):
+            rows = [r for r in read_csv_rows(os.path.join(args.resume, "progress.csv"), COLUMNS)
+                    if int(r[0]) <= state["iteration"]]
+        except (OSError, ValueError):
             raise UserError(f"the progress.csv of '{args.resume}' is missing or damaged") from None
         return args.resume, state, rows
     state = {"M": np.zeros((act_dim, obs_dim)), "iteration": 0, "episodes": 0, "env_steps": 0,
@@ -766,10 +829,10 @@ class Run:
         self.dir, self.start_state, self.rows = start_run(args, obs_dim, act_dim)
         try:
             write_json(os.path.join(self.dir, "config.json"),
-                       {**vars(args), "run_dir": self.dir, "versions": versions()})
+                       {**vars(args), "script": "ars.py", "run_dir": self.dir, "versions": versions()})
         except OSError as e:  # a resumed run's folder that cannot be written
             raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
-        if not args.resume:
+        if args.resume is None:
             checkpoint(self.dir, self.start_state, args)  # iteration 0: a run that fails early can still be resumed
         write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
         self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
@@ -945,13 +1008,29 @@ def resume_config(args: argparse.Namespace, argv) -> None:
             setattr(args, key, value)
 
 
+def quiet_mujoco():
+    """MuJoCo 3.3+ warns, once per environment made, that gymnasium's model files use a deprecated
+    attribute (settotalmass): not this script's to fix, and its default handler also writes
+    MUJOCO_LOG.TXT into the current folder. Other MuJoCo warnings still print, one line each."""
+    try:
+        import mujoco
+    except ImportError:
+        return
+
+    def warn(message: str):
+        if "settotalmass" not in message:
+            print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
+    mujoco.set_mju_user_warning(warn)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    quiet_mujoco()
     try:
-        if args.play:
+        if args.play is not None:  # an empty RUN_DIR is a mistake, not "no --play"
             resolve_config(args)
             return play(args)
-        if args.resume:
+        if args.resume is not None:
             resume_config(args, argv)
         try:
             resolve_config(args)
@@ -964,6 +1043,9 @@ def main(argv=None):
     except KeyboardInterrupt:  # before the first iteration, or during --play
         print("\ninterrupted", file=sys.stderr)
         sys.exit(130)
+    except MemoryError:
+        print("ars.py: error: not enough memory for this configuration", file=sys.stderr)
+        sys.exit(2)
     except RuntimeError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -18,6 +18,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_EPISODES = 10**6  # per evaluation or iteration: more is a typo, and its bookkeeping would fill the memory
+
+
 class UserError(Exception):
     """A mistake in the command line or the files it names: one line, exit status 2."""
 
@@ -106,11 +110,16 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
                f"--population must be even with mirrored sampling, got {args.population} (or add --no-mirror)"),
               (all(h >= 1 for h in args.hidden_sizes), "--hidden sizes must be at least 1"),
               (args.weight_decay >= 0, "--weight-decay must be 0 or positive"),
-              (args.workers >= 1, "--workers must be at least 1"),
+              (1 <= args.workers <= 16 * (os.cpu_count() or 1),
+               f"--workers must be between 1 and 16 per core ({16 * (os.cpu_count() or 1)} here)"),
               (args.iterations >= 0, "--iterations must be at least 0"),
               (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
                "--eval-every, --eval-episodes and --save-every must be at least 1"),
-              (args.episodes >= 1, "--episodes must be at least 1")]
+              (args.episodes >= 1, "--episodes must be at least 1"),
+              (max(args.episodes, args.eval_episodes, args.population, *args.hidden_sizes) <= MAX_EPISODES,
+               f"--episodes, --eval-episodes, --population and --hidden sizes must be at most {MAX_EPISODES:,}"),
+              (args.target_return is None or not math.isnan(args.target_return),
+               "--target-return must be a number, not nan")]
     for ok, message in checks:
         if not ok:
             raise UserError(message)
@@ -284,9 +293,22 @@ def run_evaluation(theta: np.ndarray, iteration: int, episodes: list) -> list:
                          int(stream(w["seed"], EVAL, iteration, k).integers(2**31)))) for k in episodes]
 
 
+def exit_with_master():
+    """In a worker: end this process when the master is gone, even killed with SIGKILL (then no
+    'stop' comes, and a pipe end inherited by a sibling worker would keep recv() waiting forever)."""
+    master = os.getppid()
+
+    def watch():
+        while os.getppid() == master:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def init_pool_worker(*init_args):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the master's SIGTERM handler is not for workers
+    exit_with_master()
     init_worker(*init_args)
 
 
@@ -364,29 +386,51 @@ def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
             break
         except FileExistsError:
             n += 1
-        except OSError as e:
-            raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
-                            "choose another --out-dir") from None
+        except (OSError, RecursionError) as e:  # RecursionError: thousands of folders to create
+            raise UserError(f"cannot create the run directory in '{out_dir}': "
+                            f"{getattr(e, 'strerror', None) or 'path too deep'}; choose another --out-dir") from None
     os.makedirs(os.path.join(path, "checkpoints"))
     return path
 
 
 def read_config(run_dir: str, script: str, required: tuple) -> dict:
-    """The config.json of a run directory of `script`, with the keys `required`, or a UserError."""
+    """The config.json of a run directory of `script`, with the keys `required` and every saved
+    flag of its flag's type (a hand-edited file can hold anything), or a UserError."""
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             cfg = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         cfg = None
-    if not isinstance(cfg, dict) or not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
+    cfg = cfg if isinstance(cfg, dict) else {}
+    name = os.path.basename(str(cfg.get("run_dir"))).split("__")  # ENV__SCRIPT__SEED__STAMP
+    maker = cfg.get("script", name[1] + ".py" if len(name) == 4 else script)  # older configs have no "script"
+    if maker != script:
+        raise UserError(f"'{run_dir}' is a run directory of {maker}, not of {script}; use python {maker} with it")
+    if not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
         raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
+    for action in build_parser()._actions:
+        value, kind = cfg.get(action.dest), (bool if isinstance(action.default, bool) else action.type)
+        wrong_type = value is not None and kind in (bool, int, float) and (
+            isinstance(value, bool) != (kind is bool) or not isinstance(value, int if kind is int else (int, float)))
+        if wrong_type or (value is not None and action.choices and value not in action.choices):
+            raise UserError(f"the config.json of '{run_dir}' holds {value!r} for {action.dest}, which "
+                            f"--{action.dest.replace('_', '-')} does not take")
     return cfg
+
+
+def replace_or_clean(tmp: str, path: str):
+    """The last step of an atomic write: rename tmp to path, or remove tmp and raise."""
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        os.remove(tmp)
+        raise
 
 
 def save_npz_atomic(path: str, **arrays):
     tmp = path + ".tmp.npz"
     np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    replace_or_clean(tmp, path)
 
 
 def load_npz(path: str) -> dict:
@@ -404,22 +448,38 @@ def write_csv_rows(path: str, rows: list, header: list):
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
-    os.replace(path + ".tmp", path)
+    replace_or_clean(path + ".tmp", path)
 
 
 def write_json(path: str, data: dict):
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=2)
-    os.replace(path + ".tmp", path)
+    replace_or_clean(path + ".tmp", path)
 
 
-def read_csv_rows(path: str) -> list:
+def read_csv_rows(path: str, columns: list = None) -> list:
+    """The rows of a progress.csv, as strings, checked against `columns` if given (a log written
+    before the last columns were added gets nan in them). ValueError if it is damaged or edited."""
     with open(path, newline="") as f:
-        return list(csv.reader(f))[1:]
+        header, *rows = list(csv.reader(f)) or [[]]
+    columns = columns or header
+    if len(header) < len(SHARED_COLUMNS) or header != columns[:len(header)] or any(len(r) != len(header) for r in rows):
+        raise ValueError(f"{path}: not the columns of this script")
+    for r in rows:
+        [float(v or "nan") for v in r]  # every cell a number (or empty, or nan): ValueError otherwise
+    return [r + ["nan"] * (len(columns) - len(header)) for r in rows]
 
 
 def plot_progress(run_dir: str, rows: list, title: str):
-    """Redraw progress.png: training return (mean and range) and evaluation return."""
+    """Redraw progress.png: training return (mean and range) and evaluation return. A plot that
+    fails (matplotlib half-imported when a Ctrl-C came, a full disk) costs the picture, not the run."""
+    try:
+        draw_progress(run_dir, rows, title)
+    except Exception as e:
+        print(f"warning: progress.png not redrawn ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def draw_progress(run_dir: str, rows: list, title: str):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -498,11 +558,12 @@ def checkpoint(run_dir: str, state: dict, args):
 def start_run(args, d: int) -> tuple:
     """A new run directory with theta_0 = 0 (the all-zero mean policy of the Ray project's NES
     tutorial exercise), or the state and log of the run to resume."""
-    if args.resume:
+    if args.resume is not None:
         state = load_state(args.resume, args, d)
         try:
-            rows = [r for r in read_csv_rows(os.path.join(args.resume, "progress.csv")) if int(r[0]) <= state["iteration"]]
-        except (OSError, ValueError, IndexError):
+            rows = [r for r in read_csv_rows(os.path.join(args.resume, "progress.csv"), COLUMNS)
+                    if int(r[0]) <= state["iteration"]]
+        except (OSError, ValueError):
             raise UserError(f"the progress.csv of '{args.resume}' is missing or damaged") from None
         return args.resume, state, rows
     state = {"theta": np.zeros(d), "iteration": 0, "episodes": 0, "env_steps": 0, "wall_time": 0.0}
@@ -528,10 +589,10 @@ class Run:
         self.dir, self.start_state, self.rows = start_run(args, n_params(self.sizes))
         try:
             write_json(os.path.join(self.dir, "config.json"),
-                       {**vars(args), "run_dir": self.dir, "versions": versions()})
+                       {**vars(args), "script": "es_basic.py", "run_dir": self.dir, "versions": versions()})
         except OSError as e:  # a resumed run's folder that cannot be written
             raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
-        if not args.resume:
+        if args.resume is None:
             checkpoint(self.dir, self.start_state, args)  # iteration 0: a run that fails early can still be resumed
         write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
         self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
@@ -690,13 +751,29 @@ def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
 RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "sigma")
 
 
+def quiet_mujoco():
+    """MuJoCo 3.3+ warns, once per environment made, that gymnasium's model files use a deprecated
+    attribute (settotalmass): not this script's to fix, and its default handler also writes
+    MUJOCO_LOG.TXT into the current folder. Other MuJoCo warnings still print, one line each."""
+    try:
+        import mujoco
+    except ImportError:
+        return
+
+    def warn(message: str):
+        if "settotalmass" not in message:
+            print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
+    mujoco.set_mju_user_warning(warn)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    quiet_mujoco()
     try:
-        if args.play:
+        if args.play is not None:  # an empty RUN_DIR is a mistake, not "no --play"
             resolve_config(args)
             return play(args)
-        if args.resume:  # the saved configuration wins, except RESUME_OVERRIDES given again
+        if args.resume is not None:  # the saved configuration wins, except RESUME_OVERRIDES given again
             words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
             required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden")
             for key, value in read_config(args.resume, "es_basic.py", required).items():
@@ -710,6 +787,12 @@ def main(argv=None):
         result = train(args)
     except UserError as e:
         print(f"es_basic.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:  # before the first iteration, or during --play
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)
+    except MemoryError:
+        print("es_basic.py: error: not enough memory for this configuration", file=sys.stderr)
         sys.exit(2)
     except RuntimeError as e:
         print(f"es_basic.py: error: {e}", file=sys.stderr)

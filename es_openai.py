@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing import shared_memory
 from typing import NamedTuple
@@ -123,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_EPISODES = 10**6  # per evaluation or generation: more is a typo, and its bookkeeping would fill the memory
+MAX_UNITS = 10**5  # per layer or action dimension: a 10**5 x 10**5 layer is already 40 GB
+
+
 class UserError(Exception):
     """A mistake in the command line or the files it names: one line, exit status 2."""
 
@@ -164,6 +169,10 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
         (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
          "--eval-every, --eval-episodes and --save-every must be at least 1"),
         (args.episodes >= 1, "--episodes must be at least 1"),
+        (max(args.episodes, args.eval_episodes, args.population) <= MAX_EPISODES,
+         f"--episodes, --eval-episodes and --population must be at most {MAX_EPISODES:,}"),
+        (max(args.hidden_sizes, default=0) <= MAX_UNITS and args.ac_bins <= MAX_UNITS,
+         f"--hidden sizes and --ac-bins must be at most {MAX_UNITS:,}"),
         (args.episode_length is None or args.episode_length >= 1, "--episode-length must be at least 1"),
         (args.noise_size >= 1, "--noise-size must be at least 1"),
         (args.target_return is None or not math.isnan(args.target_return), "--target-return must be a number, not nan")]
@@ -177,10 +186,13 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
 def set_workers(args: argparse.Namespace):
     """--workers defaults to this machine's cores, or with --ray to the cluster's CPUs (Ray is joined
     or started here: a cluster that cannot be reached is refused before anything is written)."""
-    if args.ray and not args.play:
+    cpus = available_cores()
+    if args.ray and args.play is None:
         ray = start_ray(args.ray_address)
-        args.workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    args.workers = args.workers or available_cores()
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    args.workers = args.workers or cpus
+    if args.workers > 16 * cpus:  # each worker is a process with an environment: surely a typo
+        raise UserError(f"--workers {args.workers} is more than 16 per CPU ({cpus} CPUs {'in the cluster' if args.ray else 'here'})")
 
 
 def check_env(args) -> tuple:
@@ -758,11 +770,24 @@ def population_result(job: dict, episodes: list, timer: dict, rollout_time: floa
                             [e.length for e in episodes], ob_sum, ob_sumsq, times))  # a plain tuple: see PairResult
 
 
+def exit_with_master():
+    """In a worker: end this process when the master is gone, even killed with SIGKILL (then no
+    'stop' comes, and a pipe end inherited by a sibling worker would keep recv() waiting forever)."""
+    master = os.getppid()
+
+    def watch():
+        while os.getppid() == master:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def worker_main(conn, worker: dict):
     """A persistent rollout process: keeps the latest task (theta, observation statistics) and runs
     the jobs it is handed; the noise table is the master's shared memory, inherited, not copied."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the master's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the master's SIGTERM handler is not for workers
+    exit_with_master()
     task = None
     while True:
         try:
@@ -1121,29 +1146,51 @@ def make_run_dir(out_dir: str, env_id: str, script: str, seed: int) -> str:
             break
         except FileExistsError:
             n += 1
-        except OSError as e:
-            raise UserError(f"cannot create the run directory in '{out_dir}': {e.strerror}; "
-                            "choose another --out-dir") from None
+        except (OSError, RecursionError) as e:  # RecursionError: thousands of folders to create
+            raise UserError(f"cannot create the run directory in '{out_dir}': "
+                            f"{getattr(e, 'strerror', None) or 'path too deep'}; choose another --out-dir") from None
     os.makedirs(os.path.join(path, "checkpoints"))
     return path
 
 
 def read_config(run_dir: str, script: str, required: tuple) -> dict:
-    """The config.json of a run directory of `script`, with the keys `required`, or a UserError."""
+    """The config.json of a run directory of `script`, with the keys `required` and every saved
+    flag of its flag's type (a hand-edited file can hold anything), or a UserError."""
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             cfg = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         cfg = None
-    if not isinstance(cfg, dict) or not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
+    cfg = cfg if isinstance(cfg, dict) else {}
+    name = os.path.basename(str(cfg.get("run_dir"))).split("__")  # ENV__SCRIPT__SEED__STAMP
+    maker = cfg.get("script", name[1] + ".py" if len(name) == 4 else script)  # older configs have no "script"
+    if maker != script:
+        raise UserError(f"'{run_dir}' is a run directory of {maker}, not of {script}; use python {maker} with it")
+    if not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
         raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
+    for action in build_parser()._actions:
+        value, kind = cfg.get(action.dest), (bool if isinstance(action.default, bool) else action.type)
+        wrong_type = value is not None and kind in (bool, int, float) and (
+            isinstance(value, bool) != (kind is bool) or not isinstance(value, int if kind is int else (int, float)))
+        if wrong_type or (value is not None and action.choices and value not in action.choices):
+            raise UserError(f"the config.json of '{run_dir}' holds {value!r} for {action.dest}, which "
+                            f"--{action.dest.replace('_', '-')} does not take")
     return cfg
+
+
+def replace_or_clean(tmp: str, path: str):
+    """The last step of an atomic write: rename tmp to path, or remove tmp and raise."""
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        os.remove(tmp)
+        raise
 
 
 def save_npz_atomic(path: str, **arrays):
     tmp = path + ".tmp.npz"
     np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    replace_or_clean(tmp, path)
 
 
 def load_npz(path: str) -> dict:
@@ -1161,22 +1208,38 @@ def write_csv_rows(path: str, rows: list, header: list):
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
-    os.replace(path + ".tmp", path)
+    replace_or_clean(path + ".tmp", path)
 
 
 def write_json(path: str, data: dict):
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=2)
-    os.replace(path + ".tmp", path)
+    replace_or_clean(path + ".tmp", path)
 
 
-def read_csv_rows(path: str) -> list:
+def read_csv_rows(path: str, columns: list = None) -> list:
+    """The rows of a progress.csv, as strings, checked against `columns` if given (a log written
+    before the last columns were added gets nan in them). ValueError if it is damaged or edited."""
     with open(path, newline="") as f:
-        return list(csv.reader(f))[1:]
+        header, *rows = list(csv.reader(f)) or [[]]
+    columns = columns or header
+    if len(header) < len(SHARED_COLUMNS) or header != columns[:len(header)] or any(len(r) != len(header) for r in rows):
+        raise ValueError(f"{path}: not the columns of this script")
+    for r in rows:
+        [float(v or "nan") for v in r]  # every cell a number (or empty, or nan): ValueError otherwise
+    return [r + ["nan"] * (len(columns) - len(header)) for r in rows]
 
 
 def plot_progress(run_dir: str, rows: list, title: str):
-    """Redraw progress.png: training return (mean and range) and evaluation return."""
+    """Redraw progress.png: training return (mean and range) and evaluation return. A plot that
+    fails (matplotlib half-imported when a Ctrl-C came, a full disk) costs the picture, not the run."""
+    try:
+        draw_progress(run_dir, rows, title)
+    except Exception as e:
+        print(f"warning: progress.png not redrawn ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def draw_progress(run_dir: str, rows: list, title: str):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1241,7 +1304,7 @@ def load_state(path: str, args, sizes: list) -> dict:
     if str(ck["env"]) != args.env:
         raise UserError(f"the checkpoint '{path}' is for {ck['env']}, not {args.env}")
     if list(ck["sizes"]) != list(sizes) or ck["theta"].shape != (n_params(sizes),) or str(ck["activation"]) != args.activation:
-        raise UserError(f"the checkpoint '{path}' holds a {list(ck['sizes'])} {ck['activation']} policy; "
+        raise UserError(f"the checkpoint '{path}' holds a {ck['sizes'].tolist()} {ck['activation']} policy; "
                         f"this run needs {sizes} {args.activation}")
     state = new_state(args, sizes, len(ck["ob_sum"]))
     state["optimizer"].load(ck)
@@ -1300,11 +1363,12 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
 
 def start_run(args, sizes: list, obs_dim: int) -> tuple:
     """(run directory or None for a new run, state, log rows): the saved run to resume, or a new state."""
-    if args.resume:
+    if args.resume is not None:
         state = load_state(os.path.join(args.resume, "checkpoints", "latest.npz"), args, sizes)
         try:
-            rows = [r for r in read_csv_rows(os.path.join(args.resume, "progress.csv")) if int(r[0]) <= state["iteration"]]
-        except (OSError, ValueError, IndexError):
+            rows = [r for r in read_csv_rows(os.path.join(args.resume, "progress.csv"), COLUMNS)
+                    if int(r[0]) <= state["iteration"]]
+        except (OSError, ValueError):
             raise UserError(f"the progress.csv of '{args.resume}' is missing or damaged") from None
         return args.resume, state, rows
     return None, new_state(args, sizes, obs_dim), []
@@ -1368,10 +1432,10 @@ class Run:
             self.dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
             try:
                 write_json(os.path.join(self.dir, "config.json"),
-                           {**vars(args), "run_dir": self.dir, "versions": versions()})
+                           {**vars(args), "script": "es_openai.py", "run_dir": self.dir, "versions": versions()})
             except OSError as e:  # a resumed run's folder that cannot be written
                 raise UserError(f"cannot write to the run directory '{self.dir}': {e.strerror}") from None
-            if not args.resume:
+            if args.resume is None:
                 checkpoint(self.dir, self.start_state, args, self.sizes, snapshot=True)  # generation 0 is a snapshot too
             write_csv_rows(os.path.join(self.dir, "progress.csv"), self.rows, COLUMNS)
             self.csv = open(os.path.join(self.dir, "progress.csv"), "a", newline="")
@@ -1600,13 +1664,29 @@ def write_gif(args, policy: Policy) -> str:
 RESUME_OVERRIDES = ("workers", "lockstep", "iterations", "target_return", "save_every", "alpha", "sigma")
 
 
+def quiet_mujoco():
+    """MuJoCo 3.3+ warns, once per environment made, that gymnasium's model files use a deprecated
+    attribute (settotalmass): not this script's to fix, and its default handler also writes
+    MUJOCO_LOG.TXT into the current folder. Other MuJoCo warnings still print, one line each."""
+    try:
+        import mujoco
+    except ImportError:
+        return
+
+    def warn(message: str):
+        if "settotalmass" not in message:
+            print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
+    mujoco.set_mju_user_warning(warn)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    quiet_mujoco()
     try:
-        if args.play or args.evaluate_snapshots:
+        if args.play is not None or args.evaluate_snapshots is not None:  # an empty RUN_DIR is a mistake
             resolve_config(args)
-            return play(args) if args.play else evaluate_snapshots(args)
-        if args.resume:  # the saved configuration wins, except RESUME_OVERRIDES given again
+            return play(args) if args.play is not None else evaluate_snapshots(args)
+        if args.resume is not None:  # the saved configuration wins, except RESUME_OVERRIDES given again
             words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
             required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden", "optimizer")
             for key, value in read_config(args.resume, "es_openai.py", required).items():
@@ -1624,6 +1704,10 @@ def main(argv=None):
     except KeyboardInterrupt:  # before the first generation, or during --play / --evaluate-snapshots
         print("\ninterrupted", file=sys.stderr)
         sys.exit(130)
+    except MemoryError:
+        print("es_openai.py: error: not enough memory for this configuration (--noise-size, --hidden, "
+              "--population?)", file=sys.stderr)
+        sys.exit(2)
     except RuntimeError as e:
         print(f"es_openai.py: error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -12,9 +12,12 @@ Complete the five parts marked "YOUR CODE HERE", in order. After each one, run t
 """
 import argparse
 import os
+import signal
 import socket
 import sys
+import threading
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -200,8 +203,12 @@ class RayExecutor:
         except ImportError:
             print("nes_exercise.py: error: --ray needs Ray, which is not installed: pip install ray", file=sys.stderr)
             sys.exit(2)
-        host, _, port = (address or "").replace("ray://", "").rpartition(":")
-        if host and port.isdigit():  # Ray itself would retry an unreachable address for minutes
+        host, _, port = (address or "").removeprefix("ray://").rpartition(":")
+        if address not in (None, "auto", "local") and not (host and port.isdigit() and 0 < int(port) < 65536):
+            print(f"nes_exercise.py: error: --ray-address must be HOST:PORT, ray://HOST:PORT, auto or local, "
+                  f"got '{address}'", file=sys.stderr)
+            sys.exit(2)
+        if host:  # Ray itself would retry an unreachable address for minutes
             try:
                 socket.create_connection((host, int(port)), timeout=10).close()
             except OSError:
@@ -211,7 +218,11 @@ class RayExecutor:
         self.ray, self.remote, self.started = ray, {}, not ray.is_initialized()
         self.policy_key = self.policy_ref = None
         if self.started:
-            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+            try:
+                ray.init(address=address, log_to_driver=False, include_dashboard=False)
+            except Exception as e:  # e.g. no cluster for 'auto', or ray:// without ray[client]
+                print(f"nes_exercise.py: error: Ray did not start: {first_line(e)}", file=sys.stderr)
+                sys.exit(2)
         if __name__ != "__main__":  # imported: send this file's functions to the workers by value
             ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -230,7 +241,8 @@ class RayExecutor:
             self.policy_key, self.policy_ref = key, self.ray.put(arg)
         return self.policy_ref
 
-    def shutdown(self):
+    def shutdown(self, cancel_futures=False):
+        """As ProcessPoolExecutor.shutdown: stops the Ray this executor started, with its pending tasks."""
         if self.started:
             self.ray.shutdown()
 
@@ -382,6 +394,59 @@ def check_all(out=print) -> bool:
     return True
 
 
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+MAX_PAIRS = 10_000  # 20,000 episodes per iteration
+
+
+def first_line(e: Exception) -> str:
+    """The first line of an exception's message, for a one-line error."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(".")
+
+
+def newer_version(env_id: str) -> str:
+    """'; try HalfCheetah-v5, the newest version' when a newer version of env_id is registered."""
+    namespace, name, version = gym.envs.registration.parse_env_id(env_id)
+    newest = gym.envs.registration.find_highest_version(namespace, name)
+    if version is None or newest is None or newest <= version:
+        return ""
+    return f"; try {gym.envs.registration.get_env_id(namespace, name, newest)}, the newest version"
+
+
+def env_error(env_id: str):
+    """Why env_id cannot be trained here, in one line, or None if it can."""
+    if env_id not in gym.registry:
+        return f"unknown environment '{env_id}'"
+    try:
+        with warnings.catch_warnings():  # an old version's warning takes lines; the error says it in one
+            warnings.simplefilter("ignore")
+            env = gym.make(env_id)
+    except Exception as e:  # registered but not usable here: an old version, a missing extra (jax, box2d, ...)
+        return f"cannot make '{env_id}': {first_line(e)}{newer_version(env_id)}"
+    space = env.observation_space
+    env.close()
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        return f"'{env_id}' observations must be a flat vector for this network, got {space}"
+    return None
+
+
+def ignore_ctrl_c():
+    """Runs in each local worker process as it starts: Ctrl-C is the master's to handle. A thread
+    ends the worker within a second of its master's death (even by kill -9): no orphans."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    master = os.getppid()
+
+    def watch():
+        while os.getppid() == master:
+            time.sleep(1.0)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (kill, timeout) stops the run like Ctrl-C
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="NES class exercise: complete the parts, --check them, then train.",
                                 allow_abbrev=False)
@@ -389,39 +454,60 @@ def main(argv=None):
     p.add_argument("--check", action="store_true", help="check the parts in order and say what to do next")
     p.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
     p.add_argument("--iterations", type=int, default=50, help="updates of the mean")
-    p.add_argument("--pairs", type=int, default=25, help="n, mirrored pairs per iteration")
+    p.add_argument("--pairs", type=int, default=25, help="n, mirrored pairs per iteration (at most 10000)")
     p.add_argument("--sigma", type=float, default=0.1, help="σ, std of the perturbations")
     p.add_argument("--alpha", type=float, default=0.05, help="α, step size")
     p.add_argument("--seed", type=int, default=0, help="decides the pairs' seeds (0 or more)")
-    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                   else os.cpu_count() or 1, help="worker processes (default: all cores)")
+    p.add_argument("--workers", type=int, default=CORES,
+                   help="worker processes (default: all cores; at most 4 per core)")
     p.add_argument("--ray", action="store_true", help="evaluate the pairs on Ray instead of local processes")
     p.add_argument("--ray-address", help="an existing Ray cluster, e.g. 127.0.0.1:6379")
     args = p.parse_args(argv)
     if args.check:
         sys.exit(0 if check_all() else 1)
-    for ok, message in ((args.iterations >= 1, "--iterations"), (args.pairs >= 1, "--pairs"),
-                        (0 < args.sigma < np.inf, "--sigma"), (0 < args.alpha < np.inf, "--alpha"),
-                        (args.workers >= 1, "--workers"), (args.seed >= 0, "--seed")):
+    # Caps: a population or a pool too large for memory is refused here, not by a MemoryError later
+    for ok, message in ((args.iterations >= 1, "--iterations must be positive"),
+                        (1 <= args.pairs <= MAX_PAIRS, f"--pairs must be between 1 and {MAX_PAIRS}"),
+                        (0 < args.sigma < np.inf, "--sigma must be positive and finite"),
+                        (0 < args.alpha < np.inf, "--alpha must be positive and finite"),
+                        (1 <= args.workers <= 4 * CORES, f"--workers must be between 1 and {4 * CORES} "
+                         "(4 per core on this machine; more only adds processes)"),
+                        (args.seed >= 0, "--seed must be 0 or more")):
         if not ok:
-            p.error(f"{message} must be positive" if message != "--seed" else "--seed must be 0 or more")
-    if args.env not in gym.registry:
-        p.error(f"unknown environment '{args.env}'")
-    space = gym.make(args.env).observation_space
-    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        p.error(f"'{args.env}' observations must be a flat vector for this network, got {space}")
+            p.error(message)
+    message = env_error(args.env)
+    if message:
+        p.error(message)
     if not all(run_check(part)[0] == "passed" for part in PARTS):
         p.exit(2, "nes_exercise.py: error: some parts are not done yet; run: python nes_exercise.py --check\n")
-    executor = RayExecutor(args.ray_address) if args.ray else ProcessPoolExecutor(args.workers)
+    executor = RayExecutor(args.ray_address) if args.ray else ProcessPoolExecutor(args.workers,
+                                                                                   initializer=ignore_ctrl_c)
     t0 = time.time()
     try:
         mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
-    finally:
-        executor.shutdown()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the local workers now, mid-episode
+        for proc in list((getattr(executor, "_processes", None) or {}).values()):
+            proc.terminate()
+        raise
+    finally:  # the pairs not started yet are dropped
+        executor.shutdown(cancel_futures=True)
+    if not all(np.isfinite(mu[k]).all() for k in KEYS):
+        p.exit(1, "nes_exercise.py: error: the mean policy became NaN or inf; try a smaller --alpha or a larger "
+               "--sigma\n")
     returns = evaluate_mean(mu, args.env, 100)
     print(f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes ({time.time() - t0:.0f} s)")
     return mu, returns
 
 
 if __name__ == "__main__":
-    main()
+    # Ctrl-C (SIGINT) raises KeyboardInterrupt, even in a job started in the background (there it
+    # begins ignored, and the run could not be stopped)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    try:
+        main()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while Python shuts down
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("nes_exercise.py: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -225,7 +225,8 @@ def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
 def test_shared_helpers_are_identical_copies_of_ars():
     for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
                  "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
-                 "UserError", "stop_on_sigterm", "reset_env"):
+                 "UserError", "stop_on_sigterm", "reset_env",
+                 "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco"):
         assert inspect.getsource(getattr(es, name)) == inspect.getsource(getattr(ars, name)), name
     assert es.SHARED_COLUMNS == ars.SHARED_COLUMNS
 
@@ -303,7 +304,7 @@ def test_playing_a_run_of_the_other_script_is_refused(tmp_path):
     es_run = run(tmp_path / "es", iterations=1)
     out = subprocess.run([sys.executable, os.path.join(ROOT, "ars.py"), "--play", es_run["run_dir"]],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "is not a run directory of ars.py" in out.stderr
+    assert out.returncode == 2 and "is a run directory of es_basic.py, not of ars.py" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 

@@ -3,8 +3,10 @@ student file and against deliberately wrong answers; the solution learns CartPol
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -144,7 +146,95 @@ def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget(solution
 
 @pytest.mark.parametrize("argv, message", [(["--seed", "-1"], "--seed must be 0 or more"),
                                            (["--env", "CartPole-v7"], "unknown environment"),
-                                           (["--sigma", "0"], "--sigma must be positive")])
-def test_bad_input_gets_one_line(argv, message):
-    out = subprocess.run([sys.executable, SOLUTION, *argv], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and message in out.stderr
+                                           (["--sigma", "0"], "--sigma must be positive"),
+                                           (["--sigma", "nan"], "--sigma must be positive and finite"),
+                                           (["--alpha", "inf"], "--alpha must be positive and finite"),
+                                           (["--iterations", "0"], "--iterations must be positive"),
+                                           (["--pairs", str(10**12)], "--pairs must be between 1 and 10000"),
+                                           (["--workers", str(10**12)], "--workers must be between 1 and"),
+                                           (["--workers", "0"], "--workers must be between 1 and")])
+def test_bad_input_gets_one_line(argv, message, tmp_path):
+    out = subprocess.run([sys.executable, SOLUTION, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("script", [STUDENT, SOLUTION])
+@pytest.mark.parametrize("env, message", [
+    ("HalfCheetah-v2", "cannot make 'HalfCheetah-v2': The mujoco v2 and v3 based environments have been moved"),
+    ("phys2d/CartPole-v1", "cannot make 'phys2d/CartPole-v1': ")])
+def test_a_registered_environment_that_cannot_be_made_gets_one_line(script, env, message, tmp_path):
+    """gymnasium knows these ids but cannot make them here: an old MuJoCo version, a jax environment."""
+    out = subprocess.run([sys.executable, script, "--env", env], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith(f"nes_exercise.py: error: {message}"), out.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_any_exception_of_make_becomes_the_error_line_with_the_newest_version(student):
+    import gymnasium as gym
+
+    def broken():
+        raise RuntimeError("no display\nsecond line of the message")
+    for version in (1, 2):
+        gym.register(f"BrokenForTest-v{version}", entry_point=broken)
+    try:
+        assert student.env_error("BrokenForTest-v1") == ("cannot make 'BrokenForTest-v1': no display; "
+                                                         "try BrokenForTest-v2, the newest version")
+        assert student.env_error("BrokenForTest-v2") == "cannot make 'BrokenForTest-v2': no display"
+    finally:
+        for version in (1, 2):
+            del gym.registry[f"BrokenForTest-v{version}"]
+
+
+def test_a_malformed_ray_address_gets_one_line():
+    pytest.importorskip("ray")
+    for address in ("abc", "127.0.0.1:99999"):  # not HOST:PORT; a port out of range
+        out = subprocess.run([sys.executable, SOLUTION, "--ray", "--ray-address", address], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and out.stderr == (f"nes_exercise.py: error: --ray-address must be HOST:PORT, "
+                                                      f"ray://HOST:PORT, auto or local, got '{address}'\n")
+
+
+def test_a_mean_policy_that_becomes_nan_stops_with_a_message():
+    out = subprocess.run([sys.executable, SOLUTION, "--sigma", "1e-320", "--iterations", "2", "--pairs", "2",
+                          "--workers", "1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr and "mean policy:" not in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == ("nes_exercise.py: error: the mean policy became NaN or inf; "
+                                                   "try a smaller --alpha or a larger --sigma")
+
+
+@pytest.mark.parametrize("how", ["to the script", "to its process group", "started in the background", "SIGTERM",
+                                 "kill -9"])
+def test_ctrl_c_stops_training_at_once_with_status_130(how):
+    """Ctrl-C in a terminal signals the whole process group (the workers too); a job started in the
+    background begins with SIGINT ignored, which Python keeps unless the script installs its handler.
+    SIGTERM (kill, timeout) stops it the same way; after kill -9 the workers end on their own."""
+    background = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if how == "started in the background" else None
+    proc = subprocess.Popen([sys.executable, SOLUTION, "--iterations", "100000", "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=background)
+    try:
+        assert proc.stdout.readline().startswith("iteration   1:")  # training has started
+        if how == "to its process group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal({"SIGTERM": signal.SIGTERM, "kill -9": signal.SIGKILL}.get(how, signal.SIGINT))
+        _, err = proc.communicate(timeout=20)
+        if how == "kill -9":
+            assert proc.returncode == -signal.SIGKILL
+        else:
+            assert proc.returncode == 130 and err == "nes_exercise.py: interrupted\n", err
+        for _ in range(40):  # no worker process is left behind
+            leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout
+            if not leftover.strip():
+                break
+            time.sleep(0.25)
+        assert leftover.strip() == ""
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # only if the test failed: nothing left otherwise
+        except ProcessLookupError:
+            pass
+        proc.wait()

@@ -1,0 +1,289 @@
+"""The contracts the three training scripts share (../CONVENTIONS.md: run directory, errors,
+workers), tested on each: ars.py, es_basic.py and es_openai.py."""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import NamedTuple
+
+import pytest
+
+from conftest import ROOT
+
+import ars
+import es_basic
+import es_openai
+
+SCRIPTS = ("ars.py", "es_basic.py", "es_openai.py")
+MODULES = {"ars.py": ars, "es_basic.py": es_basic, "es_openai.py": es_openai}
+TINY = {  # one short iteration on a cheap environment
+    "ars.py": ["--env", "Pendulum-v1", "--n-directions", "2", "--top-b", "1"],
+    "es_basic.py": ["--env", "CartPole-v1", "--population", "4", "--hidden", "4"],
+    "es_openai.py": ["--env", "Pendulum-v1", "--population", "4", "--hidden", "4", "--noise-size", "100000"],
+}
+
+
+def run(script, *argv, cwd=ROOT, timeout=120):
+    return subprocess.run([sys.executable, os.path.join(ROOT, script), *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+class Out(NamedTuple):
+    returncode: int
+    stderr: str
+
+
+def call(capsys, script, *argv) -> Out:
+    """The script's main(argv) in this process (much faster than a new interpreter): exit status, stderr."""
+    capsys.readouterr()
+    try:
+        MODULES[script].main(list(argv))
+        status = 0
+    except SystemExit as e:
+        status = e.code
+    return Out(status, capsys.readouterr().err)
+
+
+def one_error_line(out, status=2):
+    """The script refused its input as CONVENTIONS.md says: one line on stderr, this exit status."""
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == status and len(lines) == 1 and "error:" in lines[0], out.stderr
+    return lines[0]
+
+
+def digest(folder) -> dict:
+    """Every file under folder with a hash of its bytes: equal digests, nothing written."""
+    return {os.path.relpath(p, folder): hashlib.sha256(open(p, "rb").read()).hexdigest()
+            for p in glob.glob(os.path.join(folder, "**"), recursive=True) if os.path.isfile(p)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A finished one-iteration run directory of each script."""
+    out = {}
+    for script in SCRIPTS:
+        folder = tmp_path_factory.mktemp(script.replace(".py", ""))
+        done = run(script, *TINY[script], "--iterations", "1", "--eval-every", "1", "--eval-episodes", "1",
+                   "--workers", "1", "--out-dir", str(folder))
+        assert done.returncode == 0, done.stderr
+        (out[script],) = glob.glob(str(folder / "*__*"))
+    return out
+
+
+def copy_of(runs, script, tmp_path) -> str:
+    dst = str(tmp_path / os.path.basename(runs[script]))
+    shutil.copytree(runs[script], dst)
+    return dst
+
+
+# ---------------------------------------------------------------- a run directory of another script
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("old_config", [False, True], ids=["config", "config-without-script-key"])
+def test_a_run_directory_of_another_script_is_refused_and_left_untouched(runs, script, old_config, tmp_path, capsys):
+    for other in SCRIPTS:
+        if other == script:
+            continue
+        run_dir = copy_of(runs, other, tmp_path / other)
+        if old_config:  # written before config.json named its script: the folder's name says it
+            cfg = json.load(open(os.path.join(run_dir, "config.json")))
+            del cfg["script"]
+            json.dump(cfg, open(os.path.join(run_dir, "config.json"), "w"))
+        before = digest(run_dir)
+        for flag in ("--resume", "--play"):
+            line = one_error_line(call(capsys, script, flag, run_dir, "--iterations", "2"))
+            assert f"run directory of {other}" in line and f"python {other}" in line
+        assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_script_resumes_its_own_run(runs, script, tmp_path):
+    """The check above refuses only other scripts' folders: the script's own run goes on."""
+    run_dir = copy_of(runs, script, tmp_path)
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    assert cfg["script"] == script
+    out = run(script, "--resume", run_dir, "--iterations", "2")
+    assert out.returncode == 0, out.stderr
+    assert len(open(os.path.join(run_dir, "progress.csv")).read().splitlines()) == 3  # header and 2 rows
+
+
+# ---------------------------------------------------------------- flags with impossible values
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_empty_run_dir_is_refused_and_starts_no_run(script, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    flags = ("--resume", "--play") + (("--evaluate-snapshots",) if script == "es_openai.py" else ())
+    for flag in flags:
+        line = one_error_line(call(capsys, script, flag, ""))
+        assert "'' is not a run directory" in line
+    assert os.listdir(tmp_path) == []  # no runs/ folder: no training started
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sizes_that_cannot_fit_in_memory_are_refused(script, tmp_path, capsys):
+    huge = ["--workers 100000", "--eval-episodes 10000000000", "--episodes 10000000000 --play x"]
+    huge += {"ars.py": ["--n-directions 100000000 --top-b 1"],
+             "es_basic.py": ["--hidden 1000000000", "--population 10000000000"],
+             "es_openai.py": ["--hidden 1000000000", "--ac-bins 1000000000", "--population 10000000000"]}[script]
+    for flags in huge:
+        argv = flags.split()
+        if "--play" in argv:  # checked before the run directory is read
+            argv[argv.index("--play") + 1] = str(tmp_path / "missing")
+        line = one_error_line(call(capsys, script, *TINY[script], *argv, "--out-dir", str(tmp_path)))
+        assert "must be" in line or "more than 16 per CPU" in line, (flags, line)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_out_dir_too_deep_to_create_is_one_line(script, tmp_path, capsys):
+    deep = os.path.join(str(tmp_path), *["d"] * 3000)
+    line = one_error_line(call(capsys, script, *TINY[script], "--out-dir", deep))
+    assert "cannot create the run directory" in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_es_basic_refuses_a_nan_target(capsys):
+    line = one_error_line(call(capsys, "es_basic.py", "--env", "CartPole-v1", "--target-return", "nan"))
+    assert "--target-return" in line
+
+
+# ---------------------------------------------------------------- hand-edited or damaged files
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("key, value", [("seed", 1.5), ("iterations", "ten"), ("alpha", True), ("env", "CartPole-v1"),
+                                        ("fitness", "best")], ids=["float-seed", "string", "bool", "env", "choice"])
+def test_a_hand_edited_config_is_one_line(runs, script, key, value, tmp_path, capsys):
+    run_dir = copy_of(runs, script, tmp_path)
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    if script == "es_basic.py" and key == "env":
+        value = "Pendulum-v1"  # another environment than the run's
+    if script == "ars.py" and key == "fitness":
+        key, value = "version", 3  # ars.py has no --fitness; --version takes 1 or 2
+    cfg[key] = value
+    json.dump(cfg, open(os.path.join(run_dir, "config.json"), "w"))
+    before = digest(run_dir)
+    one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2"))
+    assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("damage", ["empty", "text-in-a-cell", "short-row", "other-header"])
+def test_a_damaged_progress_csv_is_refused_on_resume(runs, script, damage, tmp_path, capsys):
+    run_dir = copy_of(runs, script, tmp_path)
+    path = os.path.join(run_dir, "progress.csv")
+    header, *rows = open(path).read().splitlines()
+    text = {"empty": "",
+            "text-in-a-cell": "\n".join([header] + [r.split(",", 1)[0] + ",x," + r.split(",", 2)[2] for r in rows]),
+            "short-row": "\n".join([header] + [r.rsplit(",", 1)[0] for r in rows]),
+            "other-header": "\n".join(["a,b,c"] + rows)}[damage] + "\n"
+    open(path, "w").write(text)
+    before = digest(run_dir)
+    line = one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2"))
+    assert "progress.csv" in line and "damaged" in line
+    assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_failed_rename_leaves_no_temporary_file(script, tmp_path):
+    mod = MODULES[script]
+    target = tmp_path / "config.json"
+    target.mkdir()  # a folder where the file should go: os.replace fails
+    with pytest.raises(OSError):
+        mod.write_json(str(target), {"a": 1})
+    with pytest.raises(OSError):
+        mod.write_csv_rows(str(target), [["1"]], ["iteration"])
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_plot_that_fails_costs_the_picture_not_the_run(script, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while matplotlib is first imported can leave it half-imported: every later plot
+    fails. The run must still stop with its checkpoint, and say the picture is missing."""
+    mod = MODULES[script]
+    calls = []
+
+    def draw(*a):
+        calls.append(1)
+        raise KeyboardInterrupt if len(calls) == 1 else ImportError("cannot import name 'pyplot'")
+    monkeypatch.setattr(mod, "draw_progress", draw)
+    argv = TINY[script] + ["--iterations", "3", "--eval-every", "1", "--eval-episodes", "1", "--workers", "1",
+                           "--out-dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as stop:
+        mod.main(argv)
+    assert stop.value.code == 130 and len(calls) == 2
+    assert "progress.png not redrawn (ImportError" in capsys.readouterr().err
+    (run_dir,) = glob.glob(str(tmp_path / "*__*"))
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "latest.npz"))
+
+
+def test_es_basic_play_stopped_by_ctrl_c_is_one_line(runs, monkeypatch, capsys):
+    def interrupted(*a):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(es_basic, "run_evaluation", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        es_basic.main(["--play", runs["es_basic.py"]])
+    assert stop.value.code == 130 and capsys.readouterr().err.strip() == "interrupted"
+
+
+# ---------------------------------------------------------------- workers end with their master
+
+def children(pid: int) -> list:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def running(pid: int) -> bool:
+    """Whether pid is a live process (not gone, not a zombie waiting for its parent)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_workers_end_when_their_master_is_killed(script, tmp_path):
+    """kill -9 gives the master no chance to stop its workers: they must notice and end."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *TINY[script], "--iterations", "100000",
+                             "--workers", "2", "--out-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        for line in proc.stdout:  # wait for the first iteration: the workers are running
+            if line.startswith(("it ", "gen ")):
+                break
+        workers = children(proc.pid)
+        assert len(workers) >= 2
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 15
+        while time.time() < deadline and any(running(w) for w in workers):
+            time.sleep(0.2)
+        assert not any(running(w) for w in workers)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session, if the test failed
+        except ProcessLookupError:
+            pass
+
+
+# ---------------------------------------------------------------- stderr keeps to what matters
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_mujocos_warning_about_gymnasiums_model_files_is_silenced(script, tmp_path, capfd, monkeypatch):
+    mujoco = pytest.importorskip("mujoco")
+    monkeypatch.chdir(tmp_path)
+    previous = mujoco.get_mju_user_warning()
+    try:
+        MODULES[script].quiet_mujoco()
+        capfd.readouterr()
+        mujoco.MjModel.from_xml_string('<mujoco><compiler settotalmass="2"/><worldbody><body>'
+                                       '<freejoint/><geom size="1"/></body></worldbody></mujoco>')
+        assert capfd.readouterr().err == "" and os.listdir(tmp_path) == []  # no MUJOCO_LOG.TXT either
+        mujoco.get_mju_user_warning()("Nan, Inf or huge value in QACC at DOF 0 ")  # any other warning
+        assert capfd.readouterr().err == "MuJoCo warning: Nan, Inf or huge value in QACC at DOF 0\n"
+    finally:
+        mujoco.set_mju_user_warning(previous)
