@@ -651,7 +651,7 @@ def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
     time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)  # a second one, as `timeout` or a shell may send: it must wait
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err
+    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (proc.returncode, err)
     run_dir = glob.glob(str(tmp_path / "*"))[0]
     ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
     assert int(ck["iteration"]) >= 3
