@@ -1664,6 +1664,21 @@ def write_gif(args, policy: Policy) -> str:
 RESUME_OVERRIDES = ("workers", "lockstep", "iterations", "target_return", "save_every", "alpha", "sigma")
 
 
+def check_modes(args: argparse.Namespace, argv) -> None:
+    """A flag of another mode than the one asked for is a mistake to report, not to ignore (a
+    forgotten --play would otherwise start a training)."""
+    words = {w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)}
+    modes = [f"--{m.replace('_', '-')}" for m in ("play", "resume", "evaluate_snapshots")
+             if getattr(args, m, None) is not None]
+    if len(modes) > 1:
+        raise UserError(f"{' and '.join(modes)} do not go together: one at a time")
+    if "--video" in words and args.play is None:
+        raise UserError("--video goes with --play RUN_DIR")
+    if "--episodes" in words and args.play is None and getattr(args, "evaluate_snapshots", None) is None:
+        raise UserError("--episodes goes with --play RUN_DIR" +
+                        (" or --evaluate-snapshots RUN_DIR" if hasattr(args, "evaluate_snapshots") else ""))
+
+
 def quiet_mujoco():
     """MuJoCo 3.3+ warns, once per environment made, that gymnasium's model files use a deprecated
     attribute (settotalmass): not this script's to fix, and its default handler also writes
@@ -1683,6 +1698,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     quiet_mujoco()
     try:
+        check_modes(args, argv)
         if args.play is not None or args.evaluate_snapshots is not None:  # an empty RUN_DIR is a mistake
             resolve_config(args)
             return play(args) if args.play is not None else evaluate_snapshots(args)

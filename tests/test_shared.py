@@ -140,6 +140,21 @@ def test_sizes_that_cannot_fit_in_memory_are_refused(script, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+def test_flags_of_another_mode_are_refused(runs, script, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_dir = runs[script]
+    before = digest(run_dir)
+    cases = [(["--video"], "--video goes with --play"), (["--episodes", "3"], "--episodes goes with --play"),
+             (["--play", run_dir, "--resume", run_dir], "--play and --resume do not go together")]
+    if script == "es_openai.py":
+        cases += [(["--play", run_dir, "--evaluate-snapshots", run_dir], "do not go together"),
+                  (["--evaluate-snapshots", run_dir, "--video"], "--video goes with --play")]
+    for argv, message in cases:
+        assert message in one_error_line(call(capsys, script, *TINY[script], *argv)), argv
+    assert os.listdir(tmp_path) == [] and digest(run_dir) == before  # no training started, nothing written
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_an_out_dir_too_deep_to_create_is_one_line(script, tmp_path, capsys):
     deep = os.path.join(str(tmp_path), *["d"] * 3000)
     line = one_error_line(call(capsys, script, *TINY[script], "--out-dir", deep))

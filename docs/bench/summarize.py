@@ -3,7 +3,8 @@
     python docs/bench/summarize.py runs/BipedalWalker-v3__ars__*
 
 For each run, where it stopped: the seed, iterations, training episodes and env steps, wall time,
-whether the last evaluation reached the run's --target-return, and that evaluation's mean.
+whether the run reached its --target-return (for ars.py with --confirm-episodes, whether the
+confirmation on fresh episodes passed), and the last evaluation's mean.
 """
 import json
 import os
@@ -22,6 +23,9 @@ def summarize(run_dir: str) -> str:
     evals = [r for r in rows if r[8] not in ("", "nan")]
     target = cfg.get("target_return")
     reached = "yes" if evals and target is not None and float(evals[-1][8]) >= target else "no"
+    if cfg.get("confirm_episodes"):  # ars.py: the confirmation on fresh episodes decides, not the screen
+        confirm = last[ars.COLUMNS.index("confirm_return_mean")]
+        reached = "yes" if confirm not in ("", "nan") and float(confirm) >= cfg["confirm_return"] else "no"
     return (f"| {cfg['env']} | {cfg['seed']} | {last[0]} | {int(last[1]):,} | {int(last[2]):,} | "
             f"{float(last[3]) / 60:.1f} min | {cfg['workers']} | {reached} | "
             f"{float(evals[-1][8]) if evals else float('nan'):.1f} |")
