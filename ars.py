@@ -621,11 +621,11 @@ def read_config(run_dir: str, script: str, required: tuple) -> dict:
         raise UserError(f"'{run_dir}' is a run directory of {maker}, not of {script}; use python {maker} with it")
     if not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
         raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
+    takes = {bool: (bool,), int: (int,), float: (int, float)}  # the JSON values each kind of flag takes
     for action in build_parser()._actions:
         value, kind = cfg.get(action.dest), (bool if isinstance(action.default, bool) else action.type)
-        wrong_type = value is not None and kind in (bool, int, float) and (
-            isinstance(value, bool) != (kind is bool) or not isinstance(value, int if kind is int else (int, float)))
-        if wrong_type or (value is not None and action.choices and value not in action.choices):
+        if value is not None and (kind in takes and type(value) not in takes[kind] or
+                                  action.choices and value not in action.choices):
             raise UserError(f"the config.json of '{run_dir}' holds {value!r} for {action.dest}, which "
                             f"--{action.dest.replace('_', '-')} does not take")
     return cfg
