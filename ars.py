@@ -165,7 +165,8 @@ def set_workers(args: argparse.Namespace):
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     args.workers = args.workers or cpus
     if args.workers > 16 * cpus:  # each worker is a process with an environment: surely a typo
-        raise UserError(f"--workers {args.workers} is more than 16 per CPU ({cpus} CPUs {'in the cluster' if args.ray else 'here'})")
+        where = "in the cluster" if args.ray else "here"
+        raise UserError(f"--workers {args.workers} is more than 16 per CPU ({cpus} CPUs {where})")
 
 
 def exit_with_master():
@@ -621,13 +622,18 @@ def read_config(run_dir: str, script: str, required: tuple) -> dict:
         raise UserError(f"'{run_dir}' is a run directory of {maker}, not of {script}; use python {maker} with it")
     if not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
         raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
-    takes = {bool: (bool,), int: (int,), float: (int, float)}  # the JSON values each kind of flag takes
+    takes = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}  # JSON values per kind of flag
     for action in build_parser()._actions:
-        value, kind = cfg.get(action.dest), (bool if isinstance(action.default, bool) else action.type)
-        if value is not None and (kind in takes and type(value) not in takes[kind] or
-                                  action.choices and value not in action.choices):
-            raise UserError(f"the config.json of '{run_dir}' holds {value!r} for {action.dest}, which "
-                            f"--{action.dest.replace('_', '-')} does not take")
+        if action.dest not in cfg:
+            continue
+        value, kind = cfg[action.dest], bool if isinstance(action.default, bool) else action.type or str
+        if value is None:  # null means "not given": only a flag whose default is None may be left so
+            wrong = action.default is not None
+        else:
+            wrong = type(value) not in takes[kind] or bool(action.choices) and value not in action.choices
+        if wrong:
+            raise UserError(f"the config.json of '{run_dir}' holds {json.dumps(value)} for {action.dest}, "
+                            f"which --{action.dest.replace('_', '-')} does not take")
     return cfg
 
 
@@ -679,7 +685,8 @@ def read_csv_rows(path: str, columns: list = None) -> list:
     if len(header) < len(SHARED_COLUMNS) or header != columns[:len(header)] or any(len(r) != len(header) for r in rows):
         raise ValueError(f"{path}: not the columns of this script")
     for r in rows:
-        [float(v or "nan") for v in r]  # every cell a number (or empty, or nan): ValueError otherwise
+        for v in r:
+            float(v or "nan")  # every cell a number (or empty, or nan): ValueError otherwise
     return [r + ["nan"] * (len(columns) - len(header)) for r in rows]
 
 
@@ -1001,17 +1008,22 @@ def resume_config(args: argparse.Namespace, argv) -> None:
     """On --resume the saved configuration wins, except RESUME_OVERRIDES given again; without
     alpha or nu among them the resumed run computes what the first one would have."""
     saved = read_config(args.resume, "ars.py", ("env", "seed", "version", "alpha", "nu", "n_directions", "top_b"))
-    words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
+    words = flags_given(argv)
     given = {key for key in RESUME_OVERRIDES if f"--{key.replace('_', '-')}" in words}
     for key, value in saved.items():
         if key in vars(args) and key not in ("resume", "ray", "ray_address") and key not in given:
             setattr(args, key, value)
 
 
+def flags_given(argv) -> set:
+    """The flags written on the command line (--name, also from --name=value)."""
+    return {w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)}
+
+
 def check_modes(args: argparse.Namespace, argv) -> None:
     """A flag of another mode than the one asked for is a mistake to report, not to ignore (a
     forgotten --play would otherwise start a training)."""
-    words = {w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)}
+    words = flags_given(argv)
     modes = [f"--{m.replace('_', '-')}" for m in ("play", "resume", "evaluate_snapshots")
              if getattr(args, m, None) is not None]
     if len(modes) > 1:
@@ -1048,10 +1060,7 @@ def main(argv=None):
             return play(args)
         if args.resume is not None:
             resume_config(args, argv)
-        try:
-            resolve_config(args)
-        except TypeError:  # only a hand-edited config.json gets here
-            raise UserError(f"the config.json of '{args.resume}' holds values of the wrong type") from None
+        resolve_config(args)  # a resumed run's saved values were checked by read_config
         result = train(args)
     except UserError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)

@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 MAX_EPISODES = 10**6  # per evaluation or iteration: more is a typo, and its bookkeeping would fill the memory
+MAX_UNITS = 10**5  # per layer: a 10**5 x 10**5 layer is already 80 GB
 
 
 class UserError(Exception):
@@ -116,8 +117,9 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
               (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
                "--eval-every, --eval-episodes and --save-every must be at least 1"),
               (args.episodes >= 1, "--episodes must be at least 1"),
-              (max(args.episodes, args.eval_episodes, args.population, *args.hidden_sizes) <= MAX_EPISODES,
-               f"--episodes, --eval-episodes, --population and --hidden sizes must be at most {MAX_EPISODES:,}"),
+              (max(args.episodes, args.eval_episodes, args.population) <= MAX_EPISODES,
+               f"--episodes, --eval-episodes and --population must be at most {MAX_EPISODES:,}"),
+              (max(args.hidden_sizes, default=0) <= MAX_UNITS, f"--hidden sizes must be at most {MAX_UNITS:,}"),
               (args.target_return is None or not math.isnan(args.target_return),
                "--target-return must be a number, not nan")]
     for ok, message in checks:
@@ -408,13 +410,18 @@ def read_config(run_dir: str, script: str, required: tuple) -> dict:
         raise UserError(f"'{run_dir}' is a run directory of {maker}, not of {script}; use python {maker} with it")
     if not all(key in cfg for key in required) or not isinstance(cfg.get("env"), str):
         raise UserError(f"'{run_dir}' is not a run directory of {script} (no config.json with {', '.join(required)})")
-    takes = {bool: (bool,), int: (int,), float: (int, float)}  # the JSON values each kind of flag takes
+    takes = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}  # JSON values per kind of flag
     for action in build_parser()._actions:
-        value, kind = cfg.get(action.dest), (bool if isinstance(action.default, bool) else action.type)
-        if value is not None and (kind in takes and type(value) not in takes[kind] or
-                                  action.choices and value not in action.choices):
-            raise UserError(f"the config.json of '{run_dir}' holds {value!r} for {action.dest}, which "
-                            f"--{action.dest.replace('_', '-')} does not take")
+        if action.dest not in cfg:
+            continue
+        value, kind = cfg[action.dest], bool if isinstance(action.default, bool) else action.type or str
+        if value is None:  # null means "not given": only a flag whose default is None may be left so
+            wrong = action.default is not None
+        else:
+            wrong = type(value) not in takes[kind] or bool(action.choices) and value not in action.choices
+        if wrong:
+            raise UserError(f"the config.json of '{run_dir}' holds {json.dumps(value)} for {action.dest}, "
+                            f"which --{action.dest.replace('_', '-')} does not take")
     return cfg
 
 
@@ -466,7 +473,8 @@ def read_csv_rows(path: str, columns: list = None) -> list:
     if len(header) < len(SHARED_COLUMNS) or header != columns[:len(header)] or any(len(r) != len(header) for r in rows):
         raise ValueError(f"{path}: not the columns of this script")
     for r in rows:
-        [float(v or "nan") for v in r]  # every cell a number (or empty, or nan): ValueError otherwise
+        for v in r:
+            float(v or "nan")  # every cell a number (or empty, or nan): ValueError otherwise
     return [r + ["nan"] * (len(columns) - len(header)) for r in rows]
 
 
@@ -751,10 +759,15 @@ def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
 RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "sigma")
 
 
+def flags_given(argv) -> set:
+    """The flags written on the command line (--name, also from --name=value)."""
+    return {w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)}
+
+
 def check_modes(args: argparse.Namespace, argv) -> None:
     """A flag of another mode than the one asked for is a mistake to report, not to ignore (a
     forgotten --play would otherwise start a training)."""
-    words = {w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)}
+    words = flags_given(argv)
     modes = [f"--{m.replace('_', '-')}" for m in ("play", "resume", "evaluate_snapshots")
              if getattr(args, m, None) is not None]
     if len(modes) > 1:
@@ -790,16 +803,13 @@ def main(argv=None):
             resolve_config(args)
             return play(args)
         if args.resume is not None:  # the saved configuration wins, except RESUME_OVERRIDES given again
-            words = [w.split("=")[0] for w in (sys.argv[1:] if argv is None else argv)]
+            words = flags_given(argv)
             required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden")
             for key, value in read_config(args.resume, "es_basic.py", required).items():
                 given = key in RESUME_OVERRIDES and f"--{key.replace('_', '-')}" in words
                 if key in vars(args) and key != "resume" and not given:
                     setattr(args, key, value)
-        try:
-            resolve_config(args)
-        except TypeError:  # only a hand-edited config.json gets here
-            raise UserError(f"the config.json of '{args.resume}' holds values of the wrong type") from None
+        resolve_config(args)  # a resumed run's saved values were checked by read_config
         result = train(args)
     except UserError as e:
         print(f"es_basic.py: error: {e}", file=sys.stderr)

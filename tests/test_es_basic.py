@@ -226,7 +226,8 @@ def test_shared_helpers_are_identical_copies_of_ars():
     for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
                  "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
                  "UserError", "stop_on_sigterm", "reset_env",
-                 "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes"):
+                 "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes",
+                 "flags_given"):
         assert inspect.getsource(getattr(es, name)) == inspect.getsource(getattr(ars, name)), name
     assert es.SHARED_COLUMNS == ars.SHARED_COLUMNS
 

@@ -265,7 +265,8 @@ def test_shared_helpers_are_identical_copies():
                  "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
                  "UserError", "stop_on_sigterm", "available_cores", "make_env", "start_ray", "stop_ray",
                  "set_workers", "reset_env",
-                 "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes"):
+                 "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes",
+                 "flags_given"):
         assert inspect.getsource(getattr(eo, name)) == inspect.getsource(getattr(ars, name)), name
     assert inspect.getsource(eo.centered_ranks) == inspect.getsource(es_basic.centered_ranks)
     assert eo.SHARED_COLUMNS == ars.SHARED_COLUMNS

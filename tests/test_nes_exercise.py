@@ -207,7 +207,7 @@ def test_a_mean_policy_that_becomes_nan_stops_with_a_message():
 
 @pytest.mark.parametrize("how", ["to the script", "to its process group", "started in the background", "SIGTERM",
                                  "kill -9"])
-def test_ctrl_c_stops_training_at_once_with_status_130(how):
+def test_a_stopped_training_ends_at_once_with_no_worker_left(how):
     """Ctrl-C in a terminal signals the whole process group (the workers too); a job started in the
     background begins with SIGINT ignored, which Python keeps unless the script installs its handler.
     SIGTERM (kill, timeout) stops it the same way; after kill -9 the workers end on their own."""

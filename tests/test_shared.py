@@ -171,7 +171,8 @@ def test_es_basic_refuses_a_nan_target(capsys):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 @pytest.mark.parametrize("key, value", [("seed", 1.5), ("iterations", "ten"), ("alpha", True), ("env", "CartPole-v1"),
-                                        ("fitness", "best")], ids=["float-seed", "string", "bool", "env", "choice"])
+                                        ("fitness", "best"), ("out_dir", 7), ("save_every", None)],
+                         ids=["float-seed", "string", "bool", "env", "choice", "number-for-a-path", "null-for-a-default"])
 def test_a_hand_edited_config_is_one_line(runs, script, key, value, tmp_path, capsys):
     run_dir = copy_of(runs, script, tmp_path)
     cfg = json.load(open(os.path.join(run_dir, "config.json")))

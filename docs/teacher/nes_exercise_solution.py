@@ -448,9 +448,9 @@ def env_error(env_id: str):
     return None
 
 
-def ignore_ctrl_c():
-    """Runs in each local worker process as it starts: Ctrl-C is the master's to handle. A thread
-    ends the worker within a second of its master's death (even by kill -9): no orphans."""
+def init_worker():
+    """Runs in each local worker process as it starts: Ctrl-C and SIGTERM are the master's to
+    handle, and a thread ends the worker within a second of its master's death (even by kill -9)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     master = os.getppid()
@@ -500,7 +500,7 @@ def main(argv=None):
     if not all(run_check(part)[0] == "passed" for part in PARTS):
         p.exit(2, "nes_exercise.py: error: some parts are not done yet; run: python nes_exercise.py --check\n")
     executor = RayExecutor(args.ray_address) if args.ray else ProcessPoolExecutor(args.workers,
-                                                                                   initializer=ignore_ctrl_c)
+                                                                                   initializer=init_worker)
     t0 = time.time()
     try:
         mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
