@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 MAX_EPISODES = 10**6  # per evaluation or iteration: more is a typo, and its bookkeeping would fill the memory
+PLOT_EVERY = 10.0  # seconds: progress.png is redrawn at most this often during a run (a plot costs the master
+#                    about 0.2 s while the workers wait), and once more at the end
 
 
 class UserError(Exception):
@@ -833,6 +835,7 @@ class Run:
     def __init__(self, args):
         obs_dim, act_dim = check_env(args.env, args.episode_length)
         self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
+        self.plotted, self.next_plot = 0, time.monotonic() + PLOT_EVERY  # rows in progress.png, and when next
         self.dir, self.start_state, self.rows = start_run(args, obs_dim, act_dim)
         try:
             write_json(os.path.join(self.dir, "config.json"),
@@ -864,10 +867,18 @@ class Run:
         return line
 
     def save_if_due(self, state: dict, ev: np.ndarray):
-        """A checkpoint and a new progress.png every --save-every iterations and after every evaluation."""
+        """A checkpoint every --save-every iterations and after every evaluation, and progress.png
+        redrawn with it if the last plot is PLOT_EVERY seconds old."""
         if state["iteration"] % self.args.save_every == 0 or not np.isnan(ev).all():
             checkpoint(self.dir, state, self.args)
+            self.plot()
+
+    def plot(self, final: bool = False):
+        """Redraws progress.png if rows came since the last plot: during the run at most every
+        PLOT_EVERY seconds, at the end (final) always."""
+        if len(self.rows) > self.plotted and (final or time.monotonic() >= self.next_plot):
             plot_progress(self.dir, self.rows, self.title)
+            self.plotted, self.next_plot = len(self.rows), time.monotonic() + PLOT_EVERY
 
     def hold_stops(self):
         """From here on a stop would only interrupt the final save: Ctrl-C and SIGTERM wait for it."""
@@ -890,8 +901,7 @@ class Run:
     def finish(self, state: dict, status: str) -> dict:
         """The final checkpoint (the last good state: a diverged update never enters it), plot and report."""
         checkpoint(self.dir, state, self.args)
-        if self.rows:
-            plot_progress(self.dir, self.rows, self.title)
+        self.plot(final=True)
         if status == "target":
             print(f"target {self.args.target_return} reached at iteration {state['iteration']}: "
                   f"{state['episodes']} episodes, {state['env_steps']} env steps, "

@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 MAX_EPISODES = 10**6  # per evaluation or generation: more is a typo, and its bookkeeping would fill the memory
+PLOT_EVERY = 10.0  # seconds: progress.png is redrawn at most this often during a run (a plot costs the master
+#                    about 0.2 s while the workers wait), and once more at the end
 MAX_UNITS = 10**5  # per layer or action dimension: a 10**5 x 10**5 layer is already 40 GB
 
 
@@ -1431,6 +1433,7 @@ class Run:
     def __init__(self, args):
         obs_dim, act_space = check_env(args)
         self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
+        self.plotted, self.next_plot = 0, time.monotonic() + PLOT_EVERY  # rows in progress.png, and when next
         self.sizes = layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
         run_dir, self.start_state, self.rows = start_run(args, self.sizes, obs_dim)
         # The noise table before anything is written: a refusal (memory, /dev/shm) leaves no trace.
@@ -1468,11 +1471,18 @@ class Run:
         return line
 
     def save_if_due(self, state: dict, ev: np.ndarray):
-        """A checkpoint and a new progress.png after every evaluation and every --save-every
-        generations, and then a snapshot too."""
+        """A checkpoint after every evaluation and every --save-every generations (and then a
+        snapshot too), and progress.png redrawn with it if the last plot is PLOT_EVERY seconds old."""
         if state["iteration"] % self.args.save_every == 0 or not np.isnan(ev).all():
             checkpoint(self.dir, state, self.args, self.sizes, snapshot=state["iteration"] % self.args.save_every == 0)
+            self.plot()
+
+    def plot(self, final: bool = False):
+        """Redraws progress.png if rows came since the last plot: during the run at most every
+        PLOT_EVERY seconds, at the end (final) always."""
+        if len(self.rows) > self.plotted and (final or time.monotonic() >= self.next_plot):
             plot_progress(self.dir, self.rows, self.title)
+            self.plotted, self.next_plot = len(self.rows), time.monotonic() + PLOT_EVERY
 
     def hold_stops(self):
         """From here on a stop would only interrupt the final save: Ctrl-C and SIGTERM wait for it."""
@@ -1494,8 +1504,7 @@ class Run:
         self.noise.close()
         self.csv.close()
         checkpoint(self.dir, state, self.args, self.sizes, snapshot=status in ("done", "target"))
-        if self.rows:
-            plot_progress(self.dir, self.rows, self.title)
+        self.plot(final=True)
         for signum, handler in self.held.items():
             signal.signal(signum, handler)
 

@@ -227,6 +227,7 @@ def test_a_plot_that_fails_costs_the_picture_not_the_run(script, tmp_path, capsy
         calls.append(1)
         raise KeyboardInterrupt if len(calls) == 1 else ImportError("cannot import name 'pyplot'")
     monkeypatch.setattr(mod, "draw_progress", draw)
+    monkeypatch.setattr(mod, "PLOT_EVERY", 0.0)  # a plot at every checkpoint: the first one is inside the loop
     argv = TINY[script] + ["--iterations", "3", "--eval-every", "1", "--eval-episodes", "1", "--workers", "1",
                            "--out-dir", str(tmp_path)]
     with pytest.raises(SystemExit) as stop:
@@ -235,6 +236,23 @@ def test_a_plot_that_fails_costs_the_picture_not_the_run(script, tmp_path, capsy
     assert "progress.png not redrawn (ImportError" in capsys.readouterr().err
     (run_dir,) = glob.glob(str(tmp_path / "*__*"))
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "latest.npz"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_progress_png_is_redrawn_at_most_every_plot_every_seconds_and_at_the_end(script, tmp_path, capsys, monkeypatch):
+    """A plot costs the master about 0.2 s while the workers wait: during a run progress.png is
+    redrawn with a checkpoint only if the last plot is PLOT_EVERY seconds old, and at the end only
+    if rows came since."""
+    mod = MODULES[script]
+    drawn = []
+    monkeypatch.setattr(mod, "draw_progress", lambda run_dir, rows, title: drawn.append(len(rows)))
+    argv = TINY[script] + ["--iterations", "3", "--eval-every", "1", "--eval-episodes", "1", "--workers", "1"]
+    assert call(capsys, script, *argv, "--out-dir", str(tmp_path / "a")).returncode == 0
+    assert drawn == [3]  # a run of a second or two: no redraw before the end, one at the end
+    drawn.clear()
+    monkeypatch.setattr(mod, "PLOT_EVERY", 0.0)
+    assert call(capsys, script, *argv, "--out-dir", str(tmp_path / "b")).returncode == 0
+    assert drawn == [1, 2, 3]  # a checkpoint at every evaluation, each with its plot; none more at the end
 
 
 def test_es_basic_play_stopped_by_ctrl_c_is_one_line(runs, monkeypatch, capsys):
