@@ -232,8 +232,8 @@ def select_top_b(r_plus: np.ndarray, r_minus: np.ndarray, b: int) -> np.ndarray:
 
 def ars_update(M: np.ndarray, deltas: np.ndarray, r_plus: np.ndarray, r_minus: np.ndarray,
                alpha: float, b: int) -> tuple:
-    """Eqs. (4)-(5): M + alpha / (b sigma_R) sum_{k in top b} (r+_k - r-_k) delta_k.
-    Returns (new M, sigma_R)."""
+    """Eqs. (4)-(5): M + alpha / (b sigma_R) sum_{k in top b} (r+_k - r-_k) delta_k, Eq. (1)'s
+    mirrored-difference estimate of the gradient with its changes. Returns (new M, sigma_R)."""
     top = select_top_b(r_plus, r_minus, b)
     sigma_R = float(np.concatenate([r_plus[top], r_minus[top]]).std())  # ddof 0, as the official code
     if not sigma_R > 0:  # all 2b returns equal: no direction is better, take no step

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--optimizer", choices=("adam", "sgd", "plain"), default="adam",
       help="adam, sgd (with momentum) or plain gradient steps")
     a("--alpha", type=float, help="α, the optimizer's step size (typ. 0.001-0.03)")
-    a("--momentum", type=float, default=0.9, help="μ, SGD momentum (typ. 0.9)")
+    a("--momentum", type=float, default=0.9, help="γ, SGD momentum (typ. 0.9)")
     a("--beta1", type=float, default=0.9, help="Adam β1")
     a("--beta2", type=float, default=0.999, help="Adam β2")
     a("--l2coeff", type=float, help="λ, L2 weight decay coefficient (typ. 0-0.01; starter 0.005)")
@@ -232,7 +232,7 @@ def check_env(args) -> tuple:
 
 
 # ----------------------------------------------------------------------------------------------
-# The math (docs/es_openai.md, Eqs. 1-9)
+# The math (docs/es_openai.md, Eqs. 1-11)
 # ----------------------------------------------------------------------------------------------
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -284,8 +284,9 @@ def batched_weighted_sum(weights: np.ndarray, indices: np.ndarray, table: np.nda
 
 
 def es_gradient(F: np.ndarray, indices: np.ndarray, table: np.ndarray, dim: int) -> np.ndarray:
-    """Eq. (6): g = (1/n) sum_i w_i eps_i, with n the number of episodes. The factor 1/sigma of the
-    true gradient (Eq. 2) is not applied here: Adam and SGD fold it into alpha, as the starter code does."""
+    """Eq. (6): g = (1/n) sum_i w_i eps_i, with n the number of episodes: the estimate of the gradient
+    of J, Eq. (1)'s smoothed return. The factor 1/sigma of the true gradient (Eq. 2) is not applied
+    here: Adam and SGD fold it into alpha, as the starter code does."""
     return batched_weighted_sum(pair_weights(F), indices, table, dim) / F.size
 
 
@@ -312,7 +313,7 @@ class Adam:
 
 
 class SGD(Adam):
-    """Eq. (8): v <- mu v + (1 - mu) grad; step = -alpha v (the starter code's momentum form)."""
+    """Eq. (8): v <- gamma v + (1 - gamma) grad; step = -alpha v (the starter code's momentum form)."""
 
     def __init__(self, dim: int, alpha: float, momentum: float = 0.9):
         super().__init__(dim, alpha)

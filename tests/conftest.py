@@ -27,6 +27,24 @@ def only_builtin_types(x) -> bool:
     return x is None or type(x) in (str, int, float, bool) or isinstance(x, (np.ndarray, np.generic))
 
 
+class _Trap:
+    """An object whose unpickling creates a file."""
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def booby_trapped(marker: str):
+    """An object array that creates the file `marker` if a loader unpickles it: a checkpoint
+    holding it tells whether the script loads with allow_pickle=False."""
+    import numpy as np
+    trap = np.empty(1, dtype=object)
+    trap[0] = _Trap(marker)
+    return trap
+
+
 def interrupt_at_line(train, n: int, after: int = 0, also=()):
     """A trace function that raises KeyboardInterrupt (what Ctrl-C and SIGTERM raise in the
     scripts) at the n-th line executed in the training loop of `train` (from its `while state[`

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ars
-from conftest import interrupted_runs, only_builtin_types, sigint_during_close
+from conftest import booby_trapped, interrupted_runs, only_builtin_types, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -371,14 +371,23 @@ class CrashLaterEnv(NanEnv):
         return super().reset(seed=seed)
 
 
+class NanRewardEnv(NanEnv):
+    """Observes 1 always; the reward is the action, and NaN once |a| > 0.3."""
+    def step(self, a):
+        self.t += 1
+        return np.ones(1), (np.nan if abs(a[0]) > 0.3 else float(a[0])), False, self.t >= 5, {}
+
+
 gym.register("NanTest-v0", entry_point=NanEnv, max_episode_steps=100)
+gym.register("NanRewardTest-v0", entry_point=NanRewardEnv, max_episode_steps=100)
 gym.register("CrashTest-v0", entry_point=CrashEnv, max_episode_steps=100)
 gym.register("CrashLaterTest-v0", entry_point=CrashLaterEnv, max_episode_steps=100)
 
 
 @FORK_ONLY
-def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
-    result = run(tmp_path, env="NanTest-v0", iterations=50, n_directions=2, top_b=2, alpha=0.1,
+@pytest.mark.parametrize("env_id", ["NanTest-v0", "NanRewardTest-v0"])  # NaN observations, NaN returns
+def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys, env_id):
+    result = run(tmp_path, env=env_id, iterations=50, n_directions=2, top_b=2, alpha=0.1,
                  nu=0.01, version=1, save_every=1)
     assert result["status"] == "diverged" and 0 < result["iteration"] < 50
     assert "NaN or inf" in capsys.readouterr().err
@@ -518,6 +527,9 @@ def test_missing_corrupt_and_mismatched_checkpoints(tmp_path):
                if os.path.isfile(p)}
     open(latest, "wb").write(b"not a checkpoint")
     assert "corrupt" in bad(tmp_path, "--play", good["run_dir"])
+    marker = str(tmp_path / "unpickled")  # a checkpoint with a pickled object is refused, never unpickled
+    np.savez(latest, **{**dict(np.load(good["run_dir"] + "/checkpoints/iter_000001.npz")), "M": booby_trapped(marker)})
+    assert "corrupt" in bad(tmp_path, "--play", good["run_dir"]) and not os.path.exists(marker)
     os.remove(latest)
     assert "no checkpoint" in bad(tmp_path, "--resume", good["run_dir"])
     open(latest, "wb").write(saved)

@@ -17,7 +17,7 @@ import pytest
 import ars
 import es_basic
 import es_openai as eo
-from conftest import interrupted_runs, only_builtin_types, sigint_during_close
+from conftest import booby_trapped, interrupted_runs, only_builtin_types, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers are forked")
@@ -247,6 +247,33 @@ def test_jobs_stepped_together_give_what_each_job_gives_alone(env_id):
                 result, single = result[:-1], single[:-1]
             for a, b in zip(result, single):
                 np.testing.assert_array_equal(a, b)
+    finally:
+        table.close()
+
+
+def test_action_noise_is_for_the_population_episodes_only():
+    # --ac-noise-std perturbs the actions of the mirrored pairs only: an evaluation episode and a
+    # noiseless episode (eval_prob) give the same bits with and without it, a pair does not
+    args = config(**{**TINY, "env": "Pendulum-v1"})
+    obs_dim, act_space = eo.check_env(args)
+    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
+    table = eo.NoiseTable(100_000, 123)
+    w = dict(noise=table, seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
+             activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma, mirror=True,
+             ac_noise_std=0.0, calc_obstat_prob=0.0, eval_prob=0.25, env=eo.make_env(args.env, args.episode_length))
+    task = {"theta": eo.normc_init(sizes, np.random.default_rng(1)), "ob_mean": np.zeros(obs_dim),
+            "ob_std": np.ones(obs_dim), "ob_clip": True}
+    jobs = [("train", 3, k) for k in range(8)] + [("eval", 3, 0), ("eval", 3, 1)]
+    try:
+        quiet = eo.run_jobs(w, task, jobs)
+        noisy = eo.run_jobs(dict(w, ac_noise_std=0.5, env=eo.make_env(args.env, args.episode_length)), task, jobs)
+        kinds = [r[0] for _, r in quiet]
+        assert kinds == [r[0] for _, r in noisy] and "noiseless" in kinds and "pair" in kinds
+        for (_, q), (_, n) in zip(quiet, noisy):
+            if q[0] == "pair":
+                assert not np.array_equal(q[2], n[2]), q  # the pair's returns moved with the noise
+            else:
+                assert q == n  # (kind, return, length): the same bits
     finally:
         table.close()
 
@@ -560,6 +587,9 @@ def test_bad_checkpoints_and_run_directories(tmp_path):
     saved = open(latest, "rb").read()
     open(latest, "wb").write(b"not a checkpoint")
     assert "corrupt" in bad(tmp_path, "--play", good["run_dir"])
+    marker = str(tmp_path / "unpickled")  # a checkpoint with a pickled object is refused, never unpickled
+    np.savez(latest, **{**dict(np.load(good["run_dir"] + "/checkpoints/iter_000001.npz")), "theta": booby_trapped(marker)})
+    assert "corrupt" in bad(tmp_path, "--play", good["run_dir"]) and not os.path.exists(marker)
     os.remove(latest)
     assert "no checkpoint" in bad(tmp_path, "--resume", good["run_dir"])
     open(latest, "wb").write(saved)

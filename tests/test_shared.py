@@ -255,6 +255,44 @@ def test_progress_png_is_redrawn_at_most_every_plot_every_seconds_and_at_the_end
     assert drawn == [1, 2, 3]  # a checkpoint at every evaluation, each with its plot; none more at the end
 
 
+gym_registered = []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_episode_length_caps_every_episode_and_an_endless_environment_needs_it(script, tmp_path, capsys):
+    """Episodes last the environment's time limit unless --episode-length is given (ars.py,
+    es_openai.py); an environment without a time limit is refused without it (an episode could
+    last forever)."""
+    import gymnasium as gym
+    if not gym_registered:
+        gym.register("EndlessPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv")
+        gym_registered.append(1)
+    argv = [a if a != "CartPole-v1" else "Pendulum-v1" for a in TINY[script]] + [
+        "--iterations", "1", "--eval-episodes", "1", "--workers", "1", "--out-dir", str(tmp_path)]
+    line = one_error_line(call(capsys, script, *[a if a != "Pendulum-v1" else "EndlessPendulum-v0" for a in argv]))
+    assert "has no time limit" in line and not os.listdir(tmp_path)
+    if script == "es_basic.py":  # the smallest ES has no --episode-length: the time limit is the only one
+        return
+    assert "give --episode-length" in line
+    assert call(capsys, script, *argv, "--episode-length", "30").returncode == 0  # Pendulum's own limit: 200
+    (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__*"))
+    header, row = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    assert header.startswith("iteration,episodes,env_steps,")
+    episodes, env_steps = (int(v) for v in row.split(",")[1:3])
+    assert episodes >= 4 and env_steps == 30 * episodes
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_reached_target_is_reported_with_its_episodes_and_env_steps(script, tmp_path, capsys):
+    argv = TINY[script] + ["--iterations", "5", "--eval-every", "1", "--eval-episodes", "1", "--workers", "1",
+                           "--target-return=-1e9", "--out-dir", str(tmp_path)]
+    result = MODULES[script].main(argv)
+    out = capsys.readouterr().out
+    assert result["status"] == "target" and result["iteration"] == 1
+    assert (f"target -1000000000.0 reached at {'generation' if script == 'es_openai.py' else 'iteration'} 1: "
+            f"{result['episodes']} episodes, {result['env_steps']} env steps") in out
+
+
 def test_es_basic_play_stopped_by_ctrl_c_is_one_line(runs, monkeypatch, capsys):
     def interrupted(*a):
         raise KeyboardInterrupt
