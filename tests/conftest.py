@@ -27,6 +27,24 @@ def only_builtin_types(x) -> bool:
     return x is None or type(x) in (str, int, float, bool) or isinstance(x, (np.ndarray, np.generic))
 
 
+def refused(module, tmp_path, *argv) -> str:
+    """Runs module.main(argv + --out-dir) in this process (as `python SCRIPT ARGV` runs it, much
+    faster than a new interpreter) and checks that the input is refused as CONVENTIONS.md says:
+    exit status 2, one line on stderr naming the script, nothing written. Returns that line."""
+    import contextlib
+    import io
+    import pytest
+    out_dir, err = tmp_path / "out", io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+            pytest.raises(SystemExit) as stop:
+        module.main([*argv, "--out-dir", str(out_dir)])
+    lines = err.getvalue().strip().splitlines()
+    assert stop.value.code == 2, err.getvalue()
+    assert len(lines) == 1 and lines[0].startswith(f"{module.__name__}.py: error:"), err.getvalue()
+    assert not out_dir.exists()
+    return lines[0]
+
+
 class _Trap:
     """An object whose unpickling creates a file."""
     def __init__(self, path: str):

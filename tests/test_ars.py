@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ars
-from conftest import booby_trapped, interrupted_runs, only_builtin_types, sigint_during_close
+from conftest import booby_trapped, interrupted_runs, only_builtin_types, refused, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -491,13 +491,7 @@ def test_presets_fill_unset_flags_and_flags_override_them():
 
 
 def bad(tmp_path, *argv):
-    out_dir = tmp_path / "out"
-    out = cli(*argv, "--out-dir", str(out_dir), timeout=60)
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ars.py: error:"), out.stderr
-    assert not out_dir.exists()
-    return lines[0]
+    return refused(ars, tmp_path, *argv)
 
 
 @pytest.mark.parametrize("argv, message", [

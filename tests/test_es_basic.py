@@ -15,7 +15,7 @@ import pytest
 
 import ars
 import es_basic as es
-from conftest import interrupted_runs, sigint_during_close
+from conftest import interrupted_runs, refused, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -253,13 +253,7 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
 
 
 def bad(tmp_path, *argv):
-    out_dir = tmp_path / "out"
-    out = cli(*argv, "--out-dir", str(out_dir), timeout=60)
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("es_basic.py: error:"), out.stderr
-    assert not out_dir.exists()
-    return lines[0]
+    return refused(es, tmp_path, *argv)
 
 
 @pytest.mark.parametrize("argv, message", [

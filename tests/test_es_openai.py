@@ -17,7 +17,7 @@ import pytest
 import ars
 import es_basic
 import es_openai as eo
-from conftest import booby_trapped, interrupted_runs, only_builtin_types, sigint_during_close
+from conftest import booby_trapped, interrupted_runs, only_builtin_types, refused, sigint_during_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers are forked")
@@ -570,13 +570,7 @@ def test_bad_flags(tmp_path, argv, message):
 
 
 def bad(tmp_path, *argv):
-    out_dir = tmp_path / "out"
-    out = cli(*argv, "--out-dir", str(out_dir), timeout=60)
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("es_openai.py: error:"), out.stderr
-    assert not out_dir.exists()
-    return lines[0]
+    return refused(eo, tmp_path, *argv)
 
 
 def test_bad_checkpoints_and_run_directories(tmp_path):
