@@ -437,9 +437,17 @@ def replace_or_clean(tmp: str, path: str):
 
 
 def save_npz_atomic(path: str, **arrays):
+    """Writes path.tmp.npz, then renames it. Ctrl-C and SIGTERM wait until the file is written: a
+    KeyboardInterrupt inside np.savez leaves a half-built ZipFile whose cleanup prints a traceback."""
     tmp = path + ".tmp.npz"
-    np.savez(tmp, **arrays)
-    replace_or_clean(tmp, path)
+    masked = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) if masked else None
+    try:
+        np.savez(tmp, **arrays)
+        replace_or_clean(tmp, path)
+    finally:
+        if masked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a stop that came meanwhile is raised now
 
 
 def load_npz(path: str) -> dict:

@@ -184,16 +184,23 @@ def test_the_batched_forward_equals_one_policy_call_per_row(activation, space, b
             np.testing.assert_array_equal(np.reshape(together, (6, -1)), by_pair)
 
 
-@pytest.mark.parametrize("env_id, extra", [("CartPole-v1", {}), ("Pendulum-v1", {"ac_noise_std": 0.0}),
-                                           ("Pendulum-v1", {"ac_noise_std": 0.0, "ac_bins": 5})])
-def test_a_mirrored_pair_job_equals_its_two_episodes_one_after_the_other(env_id, extra):
-    args = config(**{**TINY, "env": env_id, "sigma": 0.5, "calc_obstat_prob": 1.0, **extra})
+def worker_of(args, **overrides) -> tuple:
+    """What worker_main holds for this configuration (its dict, with a 100,000-number noise table),
+    and the policy's sizes and spaces: (worker, table, sizes, obs_dim, act_space)."""
     obs_dim, act_space = eo.check_env(args)
     sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
     table = eo.NoiseTable(100_000, 123)
     w = dict(noise=table, seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
              activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma, mirror=True,
              ac_noise_std=0.0, calc_obstat_prob=1.0, eval_prob=0.0, env=eo.make_env(args.env, args.episode_length))
+    return {**w, **overrides}, table, sizes, obs_dim, act_space
+
+
+@pytest.mark.parametrize("env_id, extra", [("CartPole-v1", {}), ("Pendulum-v1", {"ac_noise_std": 0.0}),
+                                           ("Pendulum-v1", {"ac_noise_std": 0.0, "ac_bins": 5})])
+def test_a_mirrored_pair_job_equals_its_two_episodes_one_after_the_other(env_id, extra):
+    args = config(**{**TINY, "env": env_id, "sigma": 0.5, "calc_obstat_prob": 1.0, **extra})
+    w, table, sizes, obs_dim, act_space = worker_of(args)
     theta = eo.normc_init(sizes, np.random.default_rng(1))
     task = {"theta": theta, "ob_mean": np.zeros(obs_dim), "ob_std": np.full(obs_dim, 0.5), "ob_clip": True}
     spec = (sizes, args.activation, task["ob_mean"], task["ob_std"], act_space, args.ac_bins, True)
@@ -223,13 +230,8 @@ def test_jobs_stepped_together_give_what_each_job_gives_alone(env_id):
     # one message of pairs (some recording observations, Pendulum with action noise), noiseless
     # episodes and an evaluation: every result has the bits of the job run alone
     args = config(**{**TINY, "env": env_id, "sigma": 0.5})
-    obs_dim, act_space = eo.check_env(args)
-    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
-    table = eo.NoiseTable(100_000, 123)
-    w = dict(noise=table, seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
-             activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma, mirror=True,
-             ac_noise_std=0.0 if env_id == "CartPole-v1" else 0.3, calc_obstat_prob=0.5, eval_prob=0.25,
-             env=eo.make_env(args.env, args.episode_length))
+    w, table, sizes, obs_dim, act_space = worker_of(args, ac_noise_std=0.0 if env_id == "CartPole-v1" else 0.3,
+                                                    calc_obstat_prob=0.5, eval_prob=0.25)
     alone = dict(w, env=eo.make_env(args.env, args.episode_length))
     theta = eo.normc_init(sizes, np.random.default_rng(1))
     task = {"theta": theta, "ob_mean": np.zeros(obs_dim), "ob_std": np.full(obs_dim, 0.5), "ob_clip": True}
@@ -255,12 +257,7 @@ def test_action_noise_is_for_the_population_episodes_only():
     # --ac-noise-std perturbs the actions of the mirrored pairs only: an evaluation episode and a
     # noiseless episode (eval_prob) give the same bits with and without it, a pair does not
     args = config(**{**TINY, "env": "Pendulum-v1"})
-    obs_dim, act_space = eo.check_env(args)
-    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
-    table = eo.NoiseTable(100_000, 123)
-    w = dict(noise=table, seed=args.seed, env_id=args.env, episode_length=args.episode_length, sizes=sizes,
-             activation=args.activation, act_space=act_space, ac_bins=args.ac_bins, sigma=args.sigma, mirror=True,
-             ac_noise_std=0.0, calc_obstat_prob=0.0, eval_prob=0.25, env=eo.make_env(args.env, args.episode_length))
+    w, table, sizes, obs_dim, act_space = worker_of(args, calc_obstat_prob=0.0, eval_prob=0.25)
     task = {"theta": eo.normc_init(sizes, np.random.default_rng(1)), "ob_mean": np.zeros(obs_dim),
             "ob_std": np.ones(obs_dim), "ob_clip": True}
     jobs = [("train", 3, k) for k in range(8)] + [("eval", 3, 0), ("eval", 3, 1)]

@@ -255,18 +255,14 @@ def test_progress_png_is_redrawn_at_most_every_plot_every_seconds_and_at_the_end
     assert drawn == [1, 2, 3]  # a checkpoint at every evaluation, each with its plot; none more at the end
 
 
-gym_registered = []
-
-
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_episode_length_caps_every_episode_and_an_endless_environment_needs_it(script, tmp_path, capsys):
     """Episodes last the environment's time limit unless --episode-length is given (ars.py,
     es_openai.py); an environment without a time limit is refused without it (an episode could
     last forever)."""
     import gymnasium as gym
-    if not gym_registered:
+    if "EndlessPendulum-v0" not in gym.registry:  # Pendulum without its TimeLimit
         gym.register("EndlessPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv")
-        gym_registered.append(1)
     argv = [a if a != "CartPole-v1" else "Pendulum-v1" for a in TINY[script]] + [
         "--iterations", "1", "--eval-episodes", "1", "--workers", "1", "--out-dir", str(tmp_path)]
     line = one_error_line(call(capsys, script, *[a if a != "Pendulum-v1" else "EndlessPendulum-v0" for a in argv]))
