@@ -61,7 +61,7 @@ PRESETS = {
                              target_return=300.0, confirm_episodes=100, confirm_return=300.0),
 }
 GENERIC = dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version=2,
-               reward_clip=0.0, iterations=300, eval_every=10, eval_episodes=10, confirm_episodes=0)
+               reward_clip=0.0, actions="clipped", iterations=300, eval_every=10, eval_episodes=10, confirm_episodes=0)
 
 
 def available_cores() -> int:
@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--version", type=int, choices=(1, 2), help="1: a = M x; 2: a = M (x - mu) / sigma")
     a("--shift", type=float, help="survival bonus subtracted from training rewards (typ. 0-5)")
     a("--reward-clip", type=float, help="clip training rewards to [-c, c]; 0 turns it off")
+    a("--actions", choices=("clipped", "raw"), help="clipped: a = M x clipped to the action space "
+      "(default); raw: sent unclipped, as the official code (MuJoCo clamps the control but charges "
+      "its control cost on the raw action)")
     a("--episode-length", type=int, help="H, steps per episode (default: the env's time limit)")
     a("--workers", type=int, help="rollout processes (default: all cores; with --ray, the cluster's CPUs)")
     a("--out-dir", default="runs", help="where run directories are created")
@@ -311,11 +314,13 @@ class Episode(NamedTuple):
 
 
 def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed: int,
-            shift: float = 0.0, reward_clip: float = 0.0, keep_obs: bool = False, frames=None) -> Episode:
-    """One episode of a = clip(M (x - mu) / sigma) (Eq. 2), with the statistics of its states if keep_obs."""
+            shift: float = 0.0, reward_clip: float = 0.0, keep_obs: bool = False, frames=None,
+            clip_actions: bool = True) -> Episode:
+    """One episode of a = clip(M (x - mu) / sigma) (Eq. 2), with the statistics of its states if keep_obs;
+    clip_actions=False sends M (x - mu) / sigma as it is (--actions raw)."""
     W = M * inv_sigma  # fold the normalization into the matrix: a = W x - W mu, one product per step
     offset = -W @ mu
-    low, high = env.action_space.low, env.action_space.high
+    low, high = (env.action_space.low, env.action_space.high) if clip_actions else (-np.inf, np.inf)
     dot, add, maximum, minimum, step = np.dot, np.add, np.maximum, np.minimum, env.step  # looked up once
     x, _ = reset_env(env, env_seed)
     observed = [x] if keep_obs else None
@@ -323,7 +328,7 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     while True:
         # a = W x + offset, then clipped. Deviation: actions are clipped to the bounds; the official code
         # sends the raw action (MuJoCo clips it too, but charges its control cost on the unclipped
-        # value). This is the hot path: one new array per step, the rest written into it, the same
+        # value; --actions raw does the same, docs/ars.md, "Clipped or raw actions"). This is the hot path: one new array per step, the rest written into it, the same
         # values as np.clip(W @ x + offset, low, high) in fewer calls (docs/ars.md, Throughput).
         a = dot(W, x)
         add(a, offset, out=a)
@@ -350,9 +355,11 @@ class Rollouts:
     iteration's parameters. Jobs are named (kind, index) and regenerate their own randomness, so
     any worker computes the same result for the same job."""
 
-    def __init__(self, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+    def __init__(self, env_id: str, episode_length, seed: int, shift: float, reward_clip: float,
+                 clip_actions: bool = True):
         self.env_id, self.episode_length, self.seed = env_id, episode_length, seed
         self.shift, self.reward_clip, self.env, self.params = shift, reward_clip, None, None
+        self.clip_actions = clip_actions
 
     def set_params(self, iteration: int, M, mu, inv_sigma, nu: float):
         self.params = (iteration, M, mu, inv_sigma, nu)
@@ -367,11 +374,13 @@ class Rollouts:
             delta = sample_direction(self.seed, iteration, index, M.shape)
             env_seed = int(stream(self.seed, TRAIN_ENV, iteration, index).integers(2**31))
             # Both rollouts of the pair on the same env_seed (Eq. 3; the official code does not reseed).
-            plus = rollout(self.env, M + nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, keep_obs=True)
-            minus = rollout(self.env, M - nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip, keep_obs=True)
+            plus = rollout(self.env, M + nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip,
+                           keep_obs=True, clip_actions=self.clip_actions)
+            minus = rollout(self.env, M - nu * delta, mu, inv_sigma, env_seed, self.shift, self.reward_clip,
+                            keep_obs=True, clip_actions=self.clip_actions)
             return "train", index, tuple(plus), tuple(minus)  # plain tuples: see Episode
         env_seed = int(stream(self.seed, EVAL, iteration, index).integers(2**31))
-        return "eval", index, tuple(rollout(self.env, M, mu, inv_sigma, env_seed))
+        return "eval", index, tuple(rollout(self.env, M, mu, inv_sigma, env_seed, clip_actions=self.clip_actions))
 
 
 def worker_main(conn, *config):
@@ -401,13 +410,14 @@ class WorkerPool:
     """Worker processes started once per run; jobs are handed out one at a time to whichever
     worker is free, so long and short episodes balance out across cores."""
 
-    def __init__(self, workers: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+    def __init__(self, workers: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float,
+                 clip_actions: bool = True):
         ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.conns, self.procs = [], []
         for _ in range(workers):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=worker_main, daemon=True,
-                               args=(child, env_id, episode_length, seed, shift, reward_clip))
+                               args=(child, env_id, episode_length, seed, shift, reward_clip, clip_actions))
             proc.start()
             child.close()
             self.conns.append(parent)
@@ -524,11 +534,13 @@ class RayPool:
     retries = 3  # restarts per actor, and retries per job, before the run stops with an error
     timeout = 300.0  # seconds without any result (e.g. a lost node and no free CPU to replace it)
 
-    def __init__(self, workers: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float):
+    def __init__(self, workers: int, env_id: str, episode_length, seed: int, shift: float, reward_clip: float,
+                 clip_actions: bool = True):
         self.ray = ray = start_ray()
         actor = ray.remote(num_cpus=1, max_restarts=self.retries, max_task_retries=self.retries)(RayRollouts)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(env_id, episode_length, seed, shift,
-                                                                          reward_clip) for _ in range(workers)]
+                                                                          reward_clip, clip_actions)
+                       for _ in range(workers)]
         self.published = 0
 
     def run(self, iteration: int, M, mu, inv_sigma, nu: float, jobs: list) -> dict:
@@ -857,7 +869,7 @@ class Run:
         print(f"run directory: {self.dir}", flush=True)
         self.title = f"ARS V{args.version}{'-t' if args.top_b < args.n_directions else ''} on {args.env}"
         self.pool = (RayPool if args.ray else WorkerPool)(args.workers, args.env, args.episode_length, args.seed,
-                                                          args.shift, args.reward_clip)
+                                                          args.shift, args.reward_clip, args.actions == "clipped")
         col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
         evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
         self.last_eval = evals[-1] if evals else np.nan
@@ -979,12 +991,14 @@ def log_iteration(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: 
 def play(args):
     cfg = read_config(args.play, "ars.py", ("env", "version", "episode_length"))
     args.env, args.version, args.episode_length = cfg["env"], cfg["version"], cfg["episode_length"]
+    args.actions = cfg.get("actions") or "clipped"  # runs saved before --actions clipped
     obs_dim, act_dim = check_env(args.env, args.episode_length)
     state = load_state(args.play, args, obs_dim, act_dim)
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = make_env(args.env, args.episode_length)
     seeds = [int(stream(args.seed, EVAL, 10**6, i).integers(2**31)) for i in range(args.episodes)]
-    returns = np.array([rollout(env, state["M"], mu, inv_sigma, env_seed).ret for env_seed in seeds])
+    clip = args.actions == "clipped"
+    returns = np.array([rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=clip).ret for env_seed in seeds])
     print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), policy of iteration {state['iteration']}")
     if args.video:
@@ -1001,7 +1015,8 @@ def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
     frames = []
     try:
         env = make_env(args.env, args.episode_length, render=True)
-        rollout(env, M, mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, 0).integers(2**31)), frames=frames)
+        rollout(env, M, mu, inv_sigma, int(stream(args.seed, EVAL, 10**6, 0).integers(2**31)), frames=frames,
+                clip_actions=args.actions == "clipped")
         images = [Image.fromarray(f).resize((f.shape[1] // 2, f.shape[0] // 2)) for f in frames[::every]]
     except Exception as e:
         raise UserError(f"cannot render {args.env}: {str(e).splitlines()[0]} (MuJoCo needs MUJOCO_GL=egl "

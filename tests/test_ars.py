@@ -277,6 +277,39 @@ def test_rollout_acts_with_the_normalized_linear_policy_of_eq_2():
     assert (total, shaped, steps, n) == (20.0, 20.0, 20, 20)
 
 
+def test_raw_actions_are_sent_to_the_environment_unclipped():
+    env = RecordingEnv()
+    M, mu, inv_sigma = np.array([[0.3, -0.2, 0.1], [1.0, 0.5, -2.0]]), np.zeros(3), np.ones(3)
+    ars.rollout(env, M, mu, inv_sigma, env_seed=3, clip_actions=False)
+    expected = [M @ x for x in env.obs[:-1]]
+    np.testing.assert_allclose(env.actions, expected)
+    assert (np.abs(np.array(expected)) > 0.5).any()  # beyond the bounds, and sent as they are
+
+
+def test_raw_actions_in_training_evaluation_and_play(tmp_path):
+    # MountainCarContinuous clamps the force but charges 0.1 a^2 on the action it is sent: one policy
+    # whose actions leave [-1, 1] earns less with raw actions, on the very same course.
+    config_raw = dict(env="MountainCarContinuous-v0", episode_length=50, n_directions=2, top_b=1, eval_every=1,
+                      eval_episodes=2, iterations=2, alpha=50.0, nu=5.0)
+    workers = {clip: ars.Rollouts("MountainCarContinuous-v0", 50, 0, 0.0, 0.0, clip) for clip in (True, False)}
+    for worker in workers.values():
+        worker.set_params(0, np.array([[40.0, 40.0]]), np.zeros(2), np.ones(2), 5.0)
+    for kind in ("train", "eval"):
+        clipped, raw = (ars.Episode(*workers[clip].job(kind, 0)[2]) for clip in (True, False))
+        assert raw.length == clipped.length == 50 and raw.ret < clipped.ret - 1.0
+    run_dir = run(tmp_path, actions="raw", **config_raw)["run_dir"]
+    path = os.path.join(run_dir, "config.json")
+    assert json.load(open(path))["actions"] == "raw"
+    played = {}
+    for saved in ("raw", "clipped", None):  # None: a run saved before --actions, played as clipped
+        cfg = json.load(open(path))
+        cfg.pop("actions") if saved is None else cfg.update(actions=saved)
+        json.dump(cfg, open(path, "w"))
+        played[saved] = ars.main(["--play", run_dir, "--episodes", "2"])
+    assert (played["raw"] < played["clipped"] - 1.0).all()
+    np.testing.assert_array_equal(played[None], played["clipped"])
+
+
 def test_a_worker_sends_back_only_builtin_types():
     # A job's answer is what travels through pipes and Ray: plain tuples of numbers and statistics,
     # no Episode (a class of a script run as __main__ would travel with its definition through Ray).
@@ -506,6 +539,7 @@ def bad(tmp_path, *argv):
     (["--env", "Pendulum-v1", "--alpha", "inf"], "must be finite numbers"),
     (["--env", "Pendulum-v1", "--shift", "nan"], "must be finite numbers"),
     (["--env", "Pendulum-v1", "--target-return", "nan"], "not nan"),
+    (["--env", "Pendulum-v1", "--actions", "none"], "invalid choice"),
     (["--env", "Pendulum-v1", "--target-return", "0", "--confirm-return", "nan"], "not nan"),
 ])
 def test_bad_flags(tmp_path, argv, message):

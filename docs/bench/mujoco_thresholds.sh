@@ -3,19 +3,23 @@
 # each preset with --target-return, seeds 0, 1, 2, on all cores, each run stopped after
 # LIMIT seconds at most (SIGTERM leaves a checkpoint).
 #   bash docs/bench/mujoco_thresholds.sh [LIMIT, default 600] [ENV ...]
+# SEEDS picks the seeds (default "0 1 2"), FLAGS adds flags to every run and TAG names the folder
+# under runs/ (default bench):
+#   SEEDS="0 1 2 3" FLAGS="--actions raw" TAG=raw bash docs/bench/mujoco_thresholds.sh 600 Hopper-v5
 set -u
 cd "$(dirname "$0")/../.."
 limit=${1:-600}
 shift || true
 envs=${*:-Swimmer-v5 HalfCheetah-v5 Hopper-v5}
 declare -A target=([Swimmer-v5]=325 [Hopper-v5]=3120 [HalfCheetah-v5]=3430)
-mkdir -p runs/bench
+out=runs/${TAG:-bench}
+mkdir -p "$out"
 for env in $envs; do
   [ -n "${target[$env]:-}" ] || { echo "no threshold known for $env (Swimmer-v5, HalfCheetah-v5, Hopper-v5)"; exit 2; }
-  for seed in 0 1 2; do
+  for seed in ${SEEDS:-0 1 2}; do
     timeout -s TERM "$limit" python ars.py --env "$env" --seed "$seed" --target-return "${target[$env]}" \
-      --out-dir runs/bench > "runs/bench/${env}_seed$seed.log" 2>&1
-    tail -n 1 "runs/bench/${env}_seed$seed.log"
+      ${FLAGS:-} --out-dir "$out" > "$out/${env}_seed$seed.log" 2>&1
+    tail -n 1 "$out/${env}_seed$seed.log"
   done
 done
-for env in $envs; do python docs/bench/summarize.py runs/bench/${env}__ars__*; done
+for env in $envs; do python docs/bench/summarize.py "$out"/${env}__ars__*; done
