@@ -328,8 +328,9 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     while True:
         # a = W x + offset, then clipped. Deviation: actions are clipped to the bounds; the official code
         # sends the raw action (MuJoCo clips it too, but charges its control cost on the unclipped
-        # value; --actions raw does the same, docs/ars.md, "Clipped or raw actions"). This is the hot path: one new array per step, the rest written into it, the same
-        # values as np.clip(W @ x + offset, low, high) in fewer calls (docs/ars.md, Throughput).
+        # value), as --actions raw does with bounds of -inf, inf (docs/ars.md, "Clipped or raw actions").
+        # This is the hot path: one new array per step, the rest written into it, the same values as
+        # np.clip(W @ x + offset, low, high) in fewer calls (docs/ars.md, Throughput).
         a = dot(W, x)
         add(a, offset, out=a)
         maximum(a, low, out=a)

@@ -24,7 +24,8 @@ def main():
     ars.resolve_config(args)
     obs_dim, act_dim = ars.check_env(args.env)
     state = ars.load_state(run_dir, args, obs_dim, act_dim)
-    pool = ars.WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
+    pool = ars.WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip,
+                          args.actions != "raw")  # runs saved before --actions: clipped
     try:
         screen = np.array([args.target_return])  # the run stopped because its screen reached the target
         reached, confirm = ars.target_reached(pool, state, screen, args)

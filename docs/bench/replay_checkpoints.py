@@ -78,7 +78,8 @@ def replay(argv=None):
     found = checkpoints(a.run_dir, a.first, a.last)
     if not found:
         fail(f"no checkpoints/iter_*.npz of '{a.run_dir}' between iterations {a.first} and {a.last}")
-    pool = ars.WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
+    pool = ars.WorkerPool(args.workers, args.env, args.episode_length, args.seed, args.shift, args.reward_clip,
+                          args.actions != "raw")  # runs saved before --actions: clipped
     table = []
     try:
         print(f"| iteration | env steps | wall time | screen ({args.eval_episodes} episodes) | logged | "
