@@ -1042,6 +1042,7 @@ def resume_config(args: argparse.Namespace, argv) -> None:
     """On --resume the saved configuration wins, except RESUME_OVERRIDES given again; without
     alpha or nu among them the resumed run computes what the first one would have."""
     saved = read_config(args.resume, "ars.py", ("env", "seed", "version", "alpha", "nu", "n_directions", "top_b"))
+    saved.setdefault("actions", "clipped")  # runs saved before --actions
     words = flags_given(argv)
     given = {key for key in RESUME_OVERRIDES if f"--{key.replace('_', '-')}" in words}
     for key, value in saved.items():

@@ -310,6 +310,23 @@ def test_raw_actions_in_training_evaluation_and_play(tmp_path):
     np.testing.assert_array_equal(played[None], played["clipped"])
 
 
+def test_a_resumed_run_keeps_its_saved_actions(tmp_path):
+    kw = dict(env="MountainCarContinuous-v0", episode_length=50, alpha=50.0, nu=5.0, n_directions=2, top_b=1)
+    raw_full = run(tmp_path / "raw_full", actions="raw", iterations=4, **kw)
+    raw_half = run(tmp_path / "raw_half", actions="raw", iterations=2, **kw)
+    np.testing.assert_array_equal(raw_full["M"], ars.main(["--resume", raw_half["run_dir"], "--iterations", "4"])["M"])
+    # A run saved before --actions was clipped, and resumes clipped whatever the command line says.
+    clipped_full = run(tmp_path / "clipped_full", iterations=4, **kw)
+    assert not np.array_equal(raw_full["M"], clipped_full["M"])
+    old = run(tmp_path / "old", iterations=2, **kw)
+    path = os.path.join(old["run_dir"], "config.json")
+    cfg = json.load(open(path))
+    del cfg["actions"]
+    json.dump(cfg, open(path, "w"))
+    resumed = ars.main(["--resume", old["run_dir"], "--iterations", "4", "--actions", "raw"])
+    np.testing.assert_array_equal(clipped_full["M"], resumed["M"])
+
+
 def test_a_worker_sends_back_only_builtin_types():
     # A job's answer is what travels through pipes and Ray: plain tuples of numbers and statistics,
     # no Episode (a class of a script run as __main__ would travel with its definition through Ray).
