@@ -992,14 +992,15 @@ def log_iteration(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval: 
 def play(args):
     cfg = read_config(args.play, "ars.py", ("env", "version", "episode_length"))
     args.env, args.version, args.episode_length = cfg["env"], cfg["version"], cfg["episode_length"]
-    args.actions = cfg.get("actions") or "clipped"  # runs saved before --actions clipped
+    args.actions = cfg.get("actions") or "clipped"  # runs saved before --actions existed were clipped
     obs_dim, act_dim = check_env(args.env, args.episode_length)
     state = load_state(args.play, args, obs_dim, act_dim)
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = make_env(args.env, args.episode_length)
     seeds = [int(stream(args.seed, EVAL, 10**6, i).integers(2**31)) for i in range(args.episodes)]
     clip = args.actions == "clipped"
-    returns = np.array([rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=clip).ret for env_seed in seeds])
+    returns = np.array([rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=clip).ret
+                        for env_seed in seeds])
     print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), policy of iteration {state['iteration']}")
     if args.video:
