@@ -212,7 +212,9 @@ def test_a_stopped_training_ends_at_once_with_no_worker_left(how):
     background begins with SIGINT ignored, which Python keeps unless the script installs its handler.
     SIGTERM (kill, timeout) stops it the same way; after kill -9 the workers end on their own."""
     background = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if how == "started in the background" else None
-    proc = subprocess.Popen([sys.executable, SOLUTION, "--iterations", "100000", "--workers", "2"],
+    # -X faulthandler: a master that does not stop in time is sent SIGABRT, which prints where each of
+    # its threads stood into the failure message (such a hang was seen once in many runs of the suite)
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", SOLUTION, "--iterations", "100000", "--workers", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=background)
     try:
@@ -221,7 +223,11 @@ def test_a_stopped_training_ends_at_once_with_no_worker_left(how):
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal({"SIGTERM": signal.SIGTERM, "kill -9": signal.SIGKILL}.get(how, signal.SIGINT))
-        _, err = proc.communicate(timeout=20)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            pytest.fail("the master did not stop within 20 s; its threads:\n" + proc.communicate(timeout=20)[1][-6000:])
         if how == "kill -9":
             assert proc.returncode == -signal.SIGKILL
         else:
