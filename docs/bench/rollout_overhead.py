@@ -9,7 +9,8 @@ normc-initialized 2x64 MLP, action noise on, one `PolicyBatch` call per step), t
 same environment objects (for es_openai.py, alternating over the 2P environments as lockstep
 does). The fastest of the repetitions is kept for each (interference only slows a run down), so
 the ratio measures the rollout's own cost, free of the pipes and the master of the throughput
-scripts.
+scripts. It also times ars.py's four policy calls alone, on one episode's states with no env.step
+between them, and np.maximum with float32 bounds (gymnasium's) against float64 ones.
 """
 import argparse
 import glob
@@ -17,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+import timeit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import ars  # noqa: E402
@@ -34,6 +36,31 @@ def bare(env, actions: list, seed: int):
     ars.reset_env(env, seed)
     for a in actions:
         env.step(a)
+
+
+def policy_alone(env, M, mu, inv_sigma, repeats: int) -> float:
+    """Microseconds per step of rollout's policy step (the same four calls on float64 arrays) over
+    one episode's recorded states, with no env.step between the steps: the cost of those calls
+    when nothing else runs between them, fastest of the repetitions."""
+    states = []
+    x, _ = ars.reset_env(env, 123)
+    for _ in range(1000):
+        states.append(x)
+        x, _, terminated, truncated, _ = env.step(np.clip(M @ ((x - mu) * inv_sigma), -1, 1))
+        if terminated or truncated:
+            break
+    W, low, high = M * inv_sigma, env.action_space.low.astype(np.float64), env.action_space.high.astype(np.float64)
+    offset = -W @ mu
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for x in states:
+            a = np.dot(W, x)
+            np.add(a, offset, out=a)
+            np.maximum(a, low, out=a)
+            np.minimum(a, high, out=a)
+        best = min(best, time.perf_counter() - t0)
+    return 1e6 * best / len(states)
 
 
 def main():
@@ -62,6 +89,12 @@ def main():
     n = len(episode[0])
     print(f"ars.py rollout: {1e6 * min(t_roll) / n:.1f} us per step; bare replay of the same episode "
           f"{1e6 * min(t_bare) / n:.1f}; ratio {min(t_bare) / min(t_roll):.3f}")
+    print(f"ars.py policy step alone (its four NumPy calls on the episode's states, no env.step between them): "
+          f"{policy_alone(env, M, mu, inv_sigma, a.repeats):.2f} us per step")
+    a64, low32 = np.zeros(act_dim), env.action_space.low  # gymnasium's bounds are float32
+    for name, low in (("float32", low32), ("float64", low32.astype(np.float64))):
+        t = min(timeit.repeat(lambda: np.maximum(a64, low, out=a64), number=100_000, repeat=5)) / 100_000
+        print(f"np.maximum(a, low, out=a), a float64, low {name}: {1e6 * t:.2f} us")
 
     sizes = eo.layer_sizes(obs_dim, [64, 64], env.action_space, 0)
     theta = eo.normc_init(sizes, rng)
