@@ -241,7 +241,7 @@ class RayExecutor:
             self.policy_key, self.policy_ref = key, self.ray.put(arg)
         return self.policy_ref
 
-    def shutdown(self, cancel_futures=False):
+    def shutdown(self, wait=True, cancel_futures=False):
         """As ProcessPoolExecutor.shutdown: stops the Ray this executor started, with its pending tasks."""
         if self.started:
             self.ray.shutdown()
@@ -483,14 +483,18 @@ def main(argv=None):
     executor = RayExecutor(args.ray_address) if args.ray else ProcessPoolExecutor(args.workers,
                                                                                    initializer=init_worker)
     t0 = time.time()
+    stopped = False
     try:
         mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the local workers now, mid-episode
         for proc in list((getattr(executor, "_processes", None) or {}).values()):
             proc.terminate()
+        stopped = True
         raise
-    finally:  # the pairs not started yet are dropped
-        executor.shutdown(cancel_futures=True)
+    finally:  # the pairs not started yet are dropped. After a stop, without waiting for the pool's
+        # manager thread, which can wait forever once its workers are killed (python/cpython#94440);
+        # the script then ends with os._exit (below), which does not wait for that thread either.
+        executor.shutdown(wait=not stopped, cancel_futures=True)
     if not all(np.isfinite(mu[k]).all() for k in KEYS):
         p.exit(1, "nes_exercise.py: error: the mean policy became NaN or inf; try a smaller --alpha or a larger "
                "--sigma\n")
@@ -510,4 +514,6 @@ if __name__ == "__main__":
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while Python shuts down
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("nes_exercise.py: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)  # not sys.exit: Python's exit would join the pool's manager thread (python/cpython#83386)
