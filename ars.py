@@ -321,7 +321,7 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     W = M * inv_sigma  # fold the normalization into the matrix: a = W x - W mu, one product per step
     offset = -W @ mu
     # The bounds in float64, as a is: gymnasium's are float32, and np.maximum of a float64 and a float32 array
-    # costs half as much again as of two float64 ones (docs/ars.md, Throughput).
+    # costs nearly twice as much as of two float64 ones (docs/ars.md, Throughput).
     low, high = env.action_space.low.astype(np.float64), env.action_space.high.astype(np.float64)
     if not clip_actions:
         low, high = np.full_like(low, -np.inf), np.full_like(high, np.inf)
