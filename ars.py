@@ -61,7 +61,8 @@ PRESETS = {
                              target_return=300.0, confirm_episodes=100, confirm_return=300.0),
 }
 GENERIC = dict(alpha=0.02, nu=0.03, n_directions=16, top_b=8, shift=0.0, version=2,
-               reward_clip=0.0, actions="clipped", iterations=300, eval_every=10, eval_episodes=10, confirm_episodes=0)
+               reward_clip=0.0, actions="clipped", iterations=300, eval_every=10, eval_episodes=10, confirm_episodes=0,
+               nu_late=0.0, nu_late_from=0.0)
 
 
 def available_cores() -> int:
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--iterations", type=int, help="T, number of updates of M (preset)")
     a("--alpha", type=float, help="α, step size (typ. 0.01-0.03)")
     a("--nu", type=float, help="ν, std of the exploration noise (typ. 0.0075-0.03)")
+    a("--nu-late", type=float, help="ν from the first evaluation whose mean reaches --nu-late-from on "
+      "(0: --nu throughout, the paper's way)")
+    a("--nu-late-from", type=float, help="R, the evaluation mean that switches ν to --nu-late (default 0)")
     a("--n-directions", type=int, help="N, directions sampled per iteration (typ. 1-230)")
     a("--top-b", type=int, help="b, best directions kept, b <= N (b = N: V1/V2, b < N: -t)")
     a("--version", type=int, choices=(1, 2), help="1: a = M x; 2: a = M (x - mu) / sigma")
@@ -132,8 +136,9 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
     for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    finite = all(math.isfinite(v) for v in (args.alpha, args.nu, args.shift, args.reward_clip))
-    checks = [(finite, "--alpha, --nu, --shift and --reward-clip must be finite numbers"),
+    finite = all(math.isfinite(v) for v in (args.alpha, args.nu, args.shift, args.reward_clip, args.nu_late,
+                                             args.nu_late_from))
+    checks = [(finite, "--alpha, --nu, --nu-late, --nu-late-from, --shift and --reward-clip must be finite numbers"),
               (args.seed >= 0, "--seed must be 0 or more"),
               (args.alpha > 0, "--alpha must be positive"), (args.nu > 0, "--nu must be positive"),
               (args.n_directions >= 1, "--n-directions must be at least 1"),
@@ -149,6 +154,7 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
                f"--episodes, --eval-episodes, --confirm-episodes and --n-directions must be at most {MAX_EPISODES:,}"),
               (args.confirm_episodes >= 0, "--confirm-episodes must be 0 or more"),
               (args.reward_clip >= 0, "--reward-clip must be 0 (off) or positive"),
+              (args.nu_late >= 0, "--nu-late must be 0 (off) or positive"),
               (not any(v is not None and math.isnan(v) for v in (args.target_return, args.confirm_return)),
                "--target-return and --confirm-return must be numbers, not nan"),
               (args.episode_length is None or args.episode_length >= 1, "--episode-length must be at least 1")]
@@ -809,13 +815,15 @@ def load_state(run_dir: str, args, obs_dim: int, act_dim: int) -> dict:
             "stats": (int(ck["obs_count"]), ck["obs_mean"], ck["obs_m2"])}
 
 
-def ars_iteration(pool: WorkerPool, state: dict, args) -> tuple:
+def ars_iteration(pool: WorkerPool, state: dict, args, nu: float = None) -> tuple:
     """One iteration of Algorithm 2 (docs/ars.md, "Pseudocode"): N mirrored pairs, the update of
-    M from the top b, then the merge of the observation statistics. Returns (new state, info)."""
+    M from the top b, then the merge of the observation statistics. Returns (new state, info).
+    nu: the ν of Eq. (3) for this iteration (default --nu; see Run.nu for --nu-late)."""
     j, M, stats, N = state["iteration"], state["M"], state["stats"], args.n_directions
+    nu = args.nu if nu is None else nu
     t0 = time.time()
     mu, inv_sigma = normalizer(stats, args.version)  # frozen for the whole iteration (Eq. 2)
-    out = pool.run(j, M, mu, inv_sigma, args.nu, [("train", k) for k in range(N)])  # Eq. (3)
+    out = pool.run(j, M, mu, inv_sigma, nu, [("train", k) for k in range(N)])  # Eq. (3)
     plus, minus = [Episode(*out[k][0]) for k in range(N)], [Episode(*out[k][1]) for k in range(N)]
     deltas = np.stack([sample_direction(args.seed, j, k, M.shape) for k in range(N)])  # (N, p, n)
     r_plus, r_minus = np.array([e.shaped for e in plus]), np.array([e.shaped for e in minus])
@@ -878,17 +886,34 @@ class Run:
         col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
         evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
         self.last_eval = evals[-1] if evals else np.nan
+        self.late = bool(args.nu_late) and any(float(r[col]) >= args.nu_late_from for r in self.rows
+                                               if int(r[0]) % args.eval_every == 0 and r[col] not in ("", "nan"))
         self.t_start = time.time() - self.start_state["wall_time"]
 
     def elapsed(self) -> float:
         """Seconds of training, over all the sessions of a resumed run."""
         return time.time() - self.t_start
 
+    def nu(self) -> float:
+        """ν of Eq. (3) for the next iteration: --nu, then --nu-late from the first evaluation whose
+        mean reached --nu-late-from. Deviation: the paper keeps ν fixed; this switch is this
+        repository's option (docs/ars.md, "A larger ν until it walks"). Only the evaluations every
+        --eval-every iterations count (not the extra one at a run's last iteration), and they are
+        logged, so a resumed run (which reads them back from progress.csv) switches where the
+        uninterrupted one does."""
+        return self.args.nu_late if self.late else self.args.nu
+
     def log(self, new: dict, info: dict, ev: np.ndarray, confirm: np.ndarray) -> str:
-        """Writes a row of progress.csv (flushed); returns the progress line."""
+        """Writes a row of progress.csv (flushed); returns the progress line (two lines when this
+        evaluation switches ν to --nu-late)."""
         self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
         row, line = log_iteration(self.csv, new, info, ev, self.last_eval, confirm, self.args)
         self.rows.append(row)
+        if (self.args.nu_late and not self.late and new["iteration"] % self.args.eval_every == 0
+                and ev.mean() >= self.args.nu_late_from):
+            self.late = True
+            line += (f"\nnu = {self.args.nu_late} from iteration {new['iteration'] + 1} on: the evaluation "
+                     f"({ev.mean():.1f}) reached --nu-late-from {self.args.nu_late_from}")
         return line
 
     def save_if_due(self, state: dict, ev: np.ndarray):
@@ -943,7 +968,7 @@ def train(args) -> dict:
     state, status = run.start_state, "done"
     try:
         while state["iteration"] < args.iterations:
-            new, info = ars_iteration(run.pool, state, args)  # N pairs, Eqs. (3)-(6)
+            new, info = ars_iteration(run.pool, state, args, run.nu())  # N pairs, Eqs. (3)-(6)
             if not info["finite"]:
                 status = "diverged"
                 print(f"NaN or inf at iteration {new['iteration']}: the run stops; the last good checkpoint "

@@ -175,6 +175,32 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
 
 
+def test_nu_late_switches_nu_after_the_evaluation_that_reaches_nu_late_from(tmp_path):
+    # --nu-late-from -1e9: the evaluation of iteration 2 switches; iterations 3 and 4 use nu = 0.1.
+    # That is the run of 2 iterations with nu = 0.03, resumed with --nu 0.1 for iterations 3 and 4.
+    switched = run(tmp_path / "switched", nu=0.03, nu_late=0.1, nu_late_from=-1e9)
+    first = run(tmp_path / "by_hand", nu=0.03, iterations=2)
+    by_hand = ars.main(["--resume", first["run_dir"], "--iterations", "4", "--nu", "0.1"])
+    np.testing.assert_array_equal(switched["M"], by_hand["M"])
+    assert not np.allclose(switched["M"], run(tmp_path / "plain", nu=0.03)["M"])
+    # A target no evaluation reaches: nu never switches.
+    np.testing.assert_array_equal(run(tmp_path / "never", nu=0.03, nu_late=0.1, nu_late_from=1e9)["M"],
+                                  run(tmp_path / "fixed", nu=0.03)["M"])
+
+
+@pytest.mark.parametrize("first", [1, 3])
+def test_a_resumed_run_switches_nu_where_the_uninterrupted_one_does(tmp_path, first):
+    # The uninterrupted run switches at its evaluation of iteration 2 (--eval-every 2). A run of
+    # 1 iteration evaluates at its last iteration too: that extra evaluation must not switch it
+    # (resumed, it would use nu = 0.1 from iteration 2). A run of 3 has switched and must stay so.
+    kw = dict(nu=0.03, nu_late=0.1, nu_late_from=-1e9)
+    full = run(tmp_path / "full", iterations=6, **kw)
+    part = run(tmp_path / "part", iterations=first, **kw)
+    resumed = ars.main(["--resume", part["run_dir"], "--iterations", "6"])
+    np.testing.assert_array_equal(full["M"], resumed["M"])
+    np.testing.assert_array_equal(full["stats"][1], resumed["stats"][1])
+
+
 def assert_resumes_to(full: dict, run_dir: str):
     """Resume run_dir to full's 6 iterations: the same M, and a log with every iteration once and
     the same training and evaluation returns as full's."""
@@ -550,6 +576,8 @@ def bad(tmp_path, *argv):
     (["--env", "Pendulum-v1", "--n-directions", "4", "--top-b", "5"], "--top-b"),
     (["--env", "Pendulum-v1", "--alpha", "0"], "--alpha must be positive"),
     (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu must be positive"),
+    (["--env", "Pendulum-v1", "--nu-late", "-0.1"], "--nu-late must be 0 (off) or positive"),
+    (["--env", "Pendulum-v1", "--nu-late-from", "inf"], "must be finite numbers"),
     (["--env", "Pendulum-v1", "--workers", "0"], "--workers"),
     (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid int value"),
     (["--env", "Pendulum-v1", "--seed", "-1"], "--seed must be 0 or more"),
