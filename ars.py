@@ -1062,10 +1062,10 @@ def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
     return path
 
 
-# Flags that may be given again with --resume: they steer the run (or, alpha and nu, rescue a
+# Flags that may be given again with --resume: they steer the run (or, alpha, nu and nu_late, rescue a
 # diverged one); every other option keeps its saved value. --ray and --ray-address always come
 # from the command line: they say where the run goes on, not what it computes.
-RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "nu")
+RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "nu", "nu_late")
 
 
 def resume_config(args: argparse.Namespace, argv) -> None:

@@ -188,6 +188,18 @@ def test_nu_late_switches_nu_after_the_evaluation_that_reaches_nu_late_from(tmp_
                                   run(tmp_path / "fixed", nu=0.03)["M"])
 
 
+def test_nu_late_given_again_on_resume_replaces_the_saved_one(tmp_path):
+    # A run switched at iteration 2 and resumed with --nu-late 0.2 takes its iteration 4 with 0.2,
+    # not the saved 0.1; --nu alone, given again, does not touch the switched nu.
+    kw = dict(nu=0.03, nu_late_from=-1e9)
+    part = run(tmp_path / "part", iterations=3, nu_late=0.1, **kw)
+    shutil.copytree(part["run_dir"], tmp_path / "copy")
+    resumed = ars.main(["--resume", part["run_dir"], "--iterations", "4", "--nu-late", "0.2"])
+    assert not np.array_equal(resumed["M"], run(tmp_path / "plain", iterations=4, nu_late=0.1, **kw)["M"])
+    nu_only = ars.main(["--resume", str(tmp_path / "copy"), "--iterations", "4", "--nu", "0.5"])
+    np.testing.assert_array_equal(nu_only["M"], run(tmp_path / "again", iterations=4, nu_late=0.1, **kw)["M"])
+
+
 @pytest.mark.parametrize("first", [1, 3])
 def test_a_resumed_run_switches_nu_where_the_uninterrupted_one_does(tmp_path, first):
     # The uninterrupted run switches at its evaluation of iteration 2 (--eval-every 2). A run of
