@@ -352,7 +352,9 @@ class Episodes:
             if interrupted:  # do not wait for the episodes under way
                 for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
                     proc.terminate()
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            # After a stop, without waiting for the pool's manager thread, which can wait forever once
+            # its workers are killed (python/cpython#94440); the command line then ends with os._exit.
+            self.pool.shutdown(wait=not interrupted, cancel_futures=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -847,6 +849,11 @@ def main(argv=None):
         if argv is None:  # the command line: a second Ctrl-C or SIGTERM while Python shuts down
             # (and resets its handlers to the default) would kill it instead of letting it exit with 130
             hold_stops()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # Everything is saved (finish wrote the checkpoint). Not sys.exit: Python's exit would join
+            # the pool's manager thread, which a stop can leave waiting forever (python/cpython#83386).
+            os._exit(130)
         sys.exit(130)
     return result
 
