@@ -155,6 +155,7 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
               (args.confirm_episodes >= 0, "--confirm-episodes must be 0 or more"),
               (args.reward_clip >= 0, "--reward-clip must be 0 (off) or positive"),
               (args.nu_late >= 0, "--nu-late must be 0 (off) or positive"),
+              (args.nu_late or not args.nu_late_from, "--nu-late-from goes with --nu-late"),
               (not any(v is not None and math.isnan(v) for v in (args.target_return, args.confirm_return)),
                "--target-return and --confirm-return must be numbers, not nan"),
               (args.episode_length is None or args.episode_length >= 1, "--episode-length must be at least 1")]
@@ -886,21 +887,25 @@ class Run:
         col = COLUMNS.index("eval_return_mean")  # a resumed run shows its last evaluation until the next one
         evals = [float(r[col]) for r in self.rows if r[col] not in ("", "nan")]
         self.last_eval = evals[-1] if evals else np.nan
-        self.late = bool(args.nu_late) and any(float(r[col]) >= args.nu_late_from for r in self.rows
-                                               if int(r[0]) % args.eval_every == 0 and r[col] not in ("", "nan"))
+        self.late = any(self.switches(int(r[0]), float(r[col])) for r in self.rows if r[col] not in ("", "nan"))
         self.t_start = time.time() - self.start_state["wall_time"]
 
     def elapsed(self) -> float:
         """Seconds of training, over all the sessions of a resumed run."""
         return time.time() - self.t_start
 
+    def switches(self, iteration: int, eval_mean: float) -> bool:
+        """Whether this evaluation puts --nu-late in force: a scheduled one (every --eval-every
+        iterations, not the extra one at a run's last iteration) whose mean reaches --nu-late-from."""
+        args = self.args
+        return bool(args.nu_late) and iteration % args.eval_every == 0 and eval_mean >= args.nu_late_from
+
     def nu(self) -> float:
         """ν of Eq. (3) for the next iteration: --nu, then --nu-late from the first evaluation whose
         mean reached --nu-late-from. Deviation: the paper keeps ν fixed; this switch is this
-        repository's option (docs/ars.md, "A larger ν until it walks"). Only the evaluations every
-        --eval-every iterations count (not the extra one at a run's last iteration), and they are
-        logged, so a resumed run (which reads them back from progress.csv) switches where the
-        uninterrupted one does."""
+        repository's option (docs/ars.md, "A larger ν until it walks"). The evaluations that count
+        (see switches) are logged, so a resumed run, which reads them back from progress.csv,
+        switches where the uninterrupted one does."""
         return self.args.nu_late if self.late else self.args.nu
 
     def log(self, new: dict, info: dict, ev: np.ndarray, confirm: np.ndarray) -> str:
@@ -909,8 +914,7 @@ class Run:
         self.last_eval = self.last_eval if np.isnan(ev).all() else ev.mean()
         row, line = log_iteration(self.csv, new, info, ev, self.last_eval, confirm, self.args)
         self.rows.append(row)
-        if (self.args.nu_late and not self.late and new["iteration"] % self.args.eval_every == 0
-                and ev.mean() >= self.args.nu_late_from):
+        if not self.late and not np.isnan(ev).all() and self.switches(new["iteration"], ev.mean()):
             self.late = True
             line += (f"\nnu = {self.args.nu_late} from iteration {new['iteration'] + 1} on: the evaluation "
                      f"({ev.mean():.1f}) reached --nu-late-from {self.args.nu_late_from}")

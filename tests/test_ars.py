@@ -590,6 +590,7 @@ def bad(tmp_path, *argv):
     (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu must be positive"),
     (["--env", "Pendulum-v1", "--nu-late", "-0.1"], "--nu-late must be 0 (off) or positive"),
     (["--env", "Pendulum-v1", "--nu-late-from", "inf"], "must be finite numbers"),
+    (["--env", "Pendulum-v1", "--nu-late-from", "100"], "--nu-late-from goes with --nu-late"),
     (["--env", "Pendulum-v1", "--workers", "0"], "--workers"),
     (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid int value"),
     (["--env", "Pendulum-v1", "--seed", "-1"], "--seed must be 0 or more"),
