@@ -339,11 +339,13 @@ class Episodes:
                 chunks = [list(range(w, n, self.workers)) for w in range(self.workers)]
                 results = [r for part in self.pool.map(fn, [theta] * len(chunks), [iteration] * len(chunks), chunks)
                            for r in part]
-        except BrokenProcessPool:
-            raise RuntimeError("a worker process died; the run stops (resume from the last checkpoint "
-                               "with --resume)") from None
-        except Exception as e:  # the environment failed inside a rollout
-            raise RuntimeError(f"a rollout failed: {type(e).__name__}: {e}") from None
+        except Exception as e:
+            if STOPS:  # a Ctrl-C or SIGTERM that landed inside the pool: a stop, not a failure
+                raise KeyboardInterrupt from None
+            if isinstance(e, BrokenProcessPool):
+                raise RuntimeError("a worker process died; the run stops (resume from the last checkpoint "
+                                   "with --resume)") from None
+            raise RuntimeError(f"a rollout failed: {type(e).__name__}: {e}") from None  # in the environment
         results.sort()
         return np.array([r[1] for r in results]), np.array([r[2] for r in results])
 
@@ -537,6 +539,17 @@ COLUMNS = SHARED_COLUMNS + ["grad_norm", "theta_norm", "mean_length"]
 
 def stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt  # SIGTERM stops the run like Ctrl-C: workers stopped, checkpoint kept
+
+
+STOPS = []  # the signals of a stop under way (Ctrl-C or SIGTERM on the command line)
+
+
+def stop_remembered(signum, frame):
+    """Ctrl-C and SIGTERM on the command line: stop_on_sigterm, remembered in STOPS. The
+    KeyboardInterrupt can land inside the pool's own locking and come out as another error
+    (RuntimeError: cannot release un-acquired lock), which Episodes.run then still treats as a stop."""
+    STOPS.append(signum)
+    stop_on_sigterm(signum, frame)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -859,5 +872,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    signal.signal(signal.SIGTERM, stop_remembered)
+    signal.signal(signal.SIGINT, stop_remembered)
     main()

@@ -383,3 +383,18 @@ def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "*"))
     assert int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 3
     assert subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.strip() == ""
+
+
+def test_an_error_during_a_stop_is_a_stop_not_a_failed_rollout(monkeypatch):
+    # A Ctrl-C or SIGTERM can land inside the pool's locking and come out as another error; after
+    # a stop signal it must end the run as a stop (checkpoint, exit 130), not as "a rollout failed".
+    episodes = es.Episodes.__new__(es.Episodes)
+    episodes.workers, episodes.pool = 1, None
+
+    def failing(theta, iteration, indices):
+        raise RuntimeError("cannot release un-acquired lock")
+    with pytest.raises(RuntimeError, match="a rollout failed"):
+        episodes.run(failing, np.zeros(3), 0, 2)
+    monkeypatch.setattr(es, "STOPS", [15])
+    with pytest.raises(KeyboardInterrupt):
+        episodes.run(failing, np.zeros(3), 0, 2)
