@@ -205,6 +205,21 @@ def test_a_mean_policy_that_becomes_nan_stops_with_a_message():
                                                    "try a smaller --alpha or a larger --sigma")
 
 
+def test_an_error_during_a_stop_is_a_stop_and_an_error_in_train_is_not(solution, monkeypatch):
+    # A Ctrl-C or SIGTERM can land inside the pool's locking and come out of train as another error
+    # (RuntimeError: cannot release un-acquired lock); after a stop signal that is a stop (exit 130)
+    def failing(*args, **kwargs):
+        raise RuntimeError("cannot release un-acquired lock")
+    monkeypatch.setattr(solution, "train", failing)
+    monkeypatch.setattr(solution, "run_check", lambda part: ("passed", ""))  # the check of train would fail
+    argv = ["--iterations", "1", "--pairs", "1", "--workers", "1"]
+    with pytest.raises(RuntimeError, match="un-acquired lock"):  # no stop under way: the student's error
+        solution.main(argv)
+    monkeypatch.setattr(solution, "STOPS", [signal.SIGTERM])
+    with pytest.raises(KeyboardInterrupt):
+        solution.main(argv)
+
+
 @pytest.mark.parametrize("how", ["to the script", "to its process group", "started in the background", "SIGTERM",
                                  "kill -9"])
 def test_a_stopped_training_ends_at_once_with_no_worker_left(how):

@@ -466,6 +466,17 @@ def stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt  # SIGTERM (kill, timeout) stops the run like Ctrl-C
 
 
+STOPS = []  # the signals of a stop under way (Ctrl-C or SIGTERM on the command line)
+
+
+def stop_remembered(signum, frame):
+    """Ctrl-C and SIGTERM on the command line: stop_on_sigterm, remembered in STOPS. The
+    KeyboardInterrupt can land inside the pool's own locking and come out of train as another
+    error (RuntimeError: cannot release un-acquired lock), which main then still treats as a stop."""
+    STOPS.append(signum)
+    stop_on_sigterm(signum, frame)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="NES class exercise: complete the parts, --check them, then train.",
                                 allow_abbrev=False)
@@ -505,11 +516,13 @@ def main(argv=None):
     stopped = False
     try:
         mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the local workers now, mid-episode
+    except BaseException as e:  # Ctrl-C or SIGTERM: stop the local workers now, mid-episode
+        if not (STOPS or isinstance(e, KeyboardInterrupt)):
+            raise  # an error in train itself: its traceback shows where
         for proc in list((getattr(executor, "_processes", None) or {}).values()):
             proc.terminate()
         stopped = True
-        raise
+        raise KeyboardInterrupt from None
     finally:  # the pairs not started yet are dropped. After a stop, without waiting for the pool's
         # manager thread, which can wait forever once its workers are killed (python/cpython#94440);
         # the script then ends with os._exit (below), which does not wait for that thread either.
@@ -525,8 +538,8 @@ def main(argv=None):
 if __name__ == "__main__":
     # Ctrl-C (SIGINT) raises KeyboardInterrupt, even in a job started in the background (there it
     # begins ignored, and the run could not be stopped)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    signal.signal(signal.SIGINT, stop_remembered)
+    signal.signal(signal.SIGTERM, stop_remembered)
     try:
         main()
     except KeyboardInterrupt:
