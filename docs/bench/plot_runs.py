@@ -3,7 +3,12 @@
     python docs/bench/plot_runs.py --out docs/img/ars_bipedalwalker.png runs/bench/BipedalWalker-v3__ars__*
 
 Runs given after --dashed (another configuration, e.g. a previous preset) are drawn dashed, in
-the same color for the same seed, and every line is labelled with its N and b.
+the same color for the same seed, and every line is labelled with its N and b, or with --names
+(the solid runs' name, then the dashed runs'):
+
+    python docs/bench/plot_runs.py --out docs/img/ars_bipedalwalker_nu_switch.png --threshold 300 \
+        docs/bench/results/*__nu_switch --dashed docs/bench/results/BipedalWalker-v3__ars__{8,9,10,11} \
+        --names "nu 0.05, then 0.03" "preset"
 """
 import argparse
 import json
@@ -14,11 +19,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import ars  # noqa: E402
 
 
+COLORS = [f"C{i}" for i in range(10)] + ["black", "gold", "teal", "navy"]  # one color per seed, 0-13
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--threshold", type=float, help="draw the solved threshold")
     p.add_argument("--dashed", nargs="+", default=[], help="runs drawn dashed (another configuration)")
+    p.add_argument("--names", nargs=2, metavar=("SOLID", "DASHED"), help="name the two configurations")
     p.add_argument("runs", nargs="+")
     a = p.parse_args()
     import matplotlib
@@ -29,13 +38,16 @@ def main():
         cfg = json.load(open(os.path.join(run, "config.json")))
         rows = [r for r in ars.read_csv_rows(os.path.join(run, "progress.csv")) if r[8] not in ("", "nan")]
         label = f"seed {cfg['seed']}" + (f", N={cfg['n_directions']}, b={cfg['top_b']}" if a.dashed else "")
+        if a.names:
+            label = f"seed {cfg['seed']}, {a.names[style == '--']}"
         ax.plot([float(r[2]) / 1e6 for r in rows], [float(r[8]) for r in rows], style, label=label,
-                color=f"C{cfg['seed'] % 10}")
+                color=COLORS[cfg['seed'] % len(COLORS)])
     if a.threshold is not None:
         ax.axhline(a.threshold, color="gray", linestyle=":", label=f"threshold {a.threshold:g}")
     ax.set_xlabel("training environment steps (millions)")
     ax.set_ylabel(f"evaluation return ({cfg['eval_episodes']} episodes)")
-    ax.set_title(f"{cfg['env']}: ars.py" + (" (dashed: another configuration)" if a.dashed else " with its preset"))
+    ax.set_title(f"{cfg['env']}: ars.py" + (f" (solid: {a.names[0]}; dashed: {a.names[1]})" if a.names else
+                                            " (dashed: another configuration)" if a.dashed else " with its preset"))
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
