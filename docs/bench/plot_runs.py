@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import ars  # noqa: E402
 
 
-COLORS = [f"C{i}" for i in range(10)] + ["black", "gold", "teal", "navy"]  # one color per seed, 0-13
+COLORS = [f"C{i}" for i in range(10)] + ["black", "magenta", "teal", "navy"]  # one color per seed, 0-13
 
 
 def main():
