@@ -9,6 +9,13 @@ the same color for the same seed, and every line is labelled with its N and b, o
     python docs/bench/plot_runs.py --out docs/img/ars_bipedalwalker_nu_switch.png --threshold 300 \
         docs/bench/results/*__nu_switch --dashed docs/bench/results/BipedalWalker-v3__ars__{8,9,10,11} \
         --names "nu 0.05, then 0.03" "preset"
+
+--labels names each solid run instead (one label per run, in order, each in a color of its own),
+for runs of one seed, or of es_openai.py:
+
+    python docs/bench/plot_runs.py --out docs/img/es_openai_hopper_seed4.png --threshold 3403.46 \
+        docs/bench/results/Hopper-v5__es_openai__4__* --labels "preset" "sigma 0.02, alpha 0.01" \
+        "from 240: alpha 0.003" "from 240: sigma 0.01, alpha 0.005"
 """
 import argparse
 import json
@@ -28,26 +35,32 @@ def main():
     p.add_argument("--threshold", type=float, help="draw the solved threshold")
     p.add_argument("--dashed", nargs="+", default=[], help="runs drawn dashed (another configuration)")
     p.add_argument("--names", nargs=2, metavar=("SOLID", "DASHED"), help="name the two configurations")
+    p.add_argument("--labels", nargs="+", help="one label per solid run, in order (a color for each)")
     p.add_argument("runs", nargs="+")
     a = p.parse_args()
+    if a.labels and len(a.labels) != len(a.runs):
+        p.error(f"--labels names {len(a.labels)} runs, but {len(a.runs)} are given")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    for run, style in [(r, "-") for r in a.runs] + [(r, "--") for r in a.dashed]:
+    for i, (run, style) in enumerate([(r, "-") for r in a.runs] + [(r, "--") for r in a.dashed]):
         cfg = json.load(open(os.path.join(run, "config.json")))
         rows = [r for r in ars.read_csv_rows(os.path.join(run, "progress.csv")) if r[8] not in ("", "nan")]
         label = f"seed {cfg['seed']}" + (f", N={cfg['n_directions']}, b={cfg['top_b']}" if a.dashed else "")
         if a.names:
             label = f"seed {cfg['seed']}, {a.names[style == '--']}"
-        ax.plot([float(r[2]) / 1e6 for r in rows], [float(r[8]) for r in rows], style, label=label,
-                color=COLORS[cfg['seed'] % len(COLORS)])
+        color = COLORS[cfg['seed'] % len(COLORS)]
+        if a.labels and style == "-":
+            label, color = f"seed {cfg['seed']}, {a.labels[i]}", COLORS[i % len(COLORS)]
+        ax.plot([float(r[2]) / 1e6 for r in rows], [float(r[8]) for r in rows], style, label=label, color=color)
     if a.threshold is not None:
         ax.axhline(a.threshold, color="gray", linestyle=":", label=f"threshold {a.threshold:g}")
     ax.set_xlabel("training environment steps (millions)")
     ax.set_ylabel(f"evaluation return ({cfg['eval_episodes']} episodes)")
-    ax.set_title(f"{cfg['env']}: ars.py" + (f" (solid: {a.names[0]}; dashed: {a.names[1]})" if a.names else
-                                            " (dashed: another configuration)" if a.dashed else " with its preset"))
+    what = (f" (solid: {a.names[0]}; dashed: {a.names[1]})" if a.names else " (dashed: another configuration)"
+            if a.dashed else "" if a.labels else " with its preset")
+    ax.set_title(f"{cfg['env']}: {cfg.get('script', 'ars.py')}{what}")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
