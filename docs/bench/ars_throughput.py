@@ -48,6 +48,7 @@ def main():
     p.add_argument("--n-directions", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
+    ars.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
     measure(ars, "ars.py", a.env, lambda workers: ars_training(a.env, workers, a.iterations, a.n_directions),
             a.repeats, random_episodes=4 * a.n_directions)
 

@@ -55,6 +55,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--lockstep", type=int, help="es_openai.py's --lockstep (default: its own default)")
     a = p.parse_args()
+    eo.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
     costs = []
 
     def training(workers: int) -> list:

@@ -70,6 +70,7 @@ def main():
     p.add_argument("--pairs", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4],
                    help="es_openai.py: mirrored pairs stepped together, e.g. 1,2,4")
     a = p.parse_args()
+    ars.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
     rng = np.random.default_rng(0)
     env, env2 = ars.make_env(a.env, None), ars.make_env(a.env, None)
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
