@@ -18,19 +18,36 @@ for runs of one seed, or of es_openai.py:
         "from 240: alpha 0.003" "from 240: sigma 0.01, alpha 0.005"
 """
 import argparse
+import csv
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import ars  # noqa: E402
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not the whole usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 COLORS = [f"C{i}" for i in range(10)] + ["black", "magenta", "teal", "navy"]  # one color per seed, 0-13
 
 
+def load(run: str, p) -> tuple:
+    """A run directory's config.json and its evaluations: (config, env steps in millions, returns)."""
+    try:
+        with open(os.path.join(run, "config.json")) as f:
+            cfg = json.load(f)
+        with open(os.path.join(run, "progress.csv"), newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r["eval_return_mean"] not in ("", "nan")]
+        missing = {"seed", "env", "eval_episodes"} - set(cfg)
+        if missing:
+            raise KeyError(f"config.json lacks {sorted(missing)}")
+        return cfg, [float(r["env_steps"]) / 1e6 for r in rows], [float(r["eval_return_mean"]) for r in rows]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        p.error(f"'{run}' is not a run directory of ars.py or es_openai.py ({type(e).__name__}: {e})")
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--threshold", type=float, help="draw the solved threshold")
     p.add_argument("--dashed", nargs="+", default=[], help="runs drawn dashed (another configuration)")
@@ -40,20 +57,20 @@ def main():
     a = p.parse_args()
     if a.labels and len(a.labels) != len(a.runs):
         p.error(f"--labels names {len(a.labels)} runs, but {len(a.runs)} are given")
+    runs = [(load(run, p), "-") for run in a.runs] + [(load(run, p), "--") for run in a.dashed]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    for i, (run, style) in enumerate([(r, "-") for r in a.runs] + [(r, "--") for r in a.dashed]):
-        cfg = json.load(open(os.path.join(run, "config.json")))
-        rows = [r for r in ars.read_csv_rows(os.path.join(run, "progress.csv")) if r[8] not in ("", "nan")]
-        label = f"seed {cfg['seed']}" + (f", N={cfg['n_directions']}, b={cfg['top_b']}" if a.dashed else "")
+    for i, ((cfg, steps, evals), style) in enumerate(runs):
+        label, color = f"seed {cfg['seed']}", COLORS[cfg["seed"] % len(COLORS)]
+        if a.dashed and "n_directions" in cfg:  # ars.py's runs: which N and b
+            label += f", N={cfg['n_directions']}, b={cfg['top_b']}"
         if a.names:
             label = f"seed {cfg['seed']}, {a.names[style == '--']}"
-        color = COLORS[cfg['seed'] % len(COLORS)]
         if a.labels and style == "-":
             label, color = f"seed {cfg['seed']}, {a.labels[i]}", COLORS[i % len(COLORS)]
-        ax.plot([float(r[2]) / 1e6 for r in rows], [float(r[8]) for r in rows], style, label=label, color=color)
+        ax.plot(steps, evals, style, label=label, color=color)
     if a.threshold is not None:
         ax.axhline(a.threshold, color="gray", linestyle=":", label=f"threshold {a.threshold:g}")
     ax.set_xlabel("training environment steps (millions)")
@@ -64,7 +81,14 @@ def main():
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
-    fig.savefig(a.out, dpi=90)
+    partial = a.out + ".partial.png"  # a figure that cannot be written leaves nothing behind
+    try:
+        fig.savefig(partial, dpi=90)
+        os.replace(partial, a.out)
+    except OSError as e:
+        if os.path.exists(partial):
+            os.remove(partial)
+        p.exit(2, f"plot_runs.py: error: cannot write '{a.out}': {e.strerror}\n")
 
 
 if __name__ == "__main__":
