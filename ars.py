@@ -1026,6 +1026,10 @@ def play(args):
     cfg = read_config(args.play, "ars.py", ("env", "version", "episode_length"))
     args.env, args.version, args.episode_length = cfg["env"], cfg["version"], cfg["episode_length"]
     args.actions = cfg.get("actions") or "clipped"  # runs saved before --actions existed were clipped
+    try:
+        resolve_config(args)  # the saved values checked as the command line's are (a hand-edited file)
+    except UserError as e:
+        raise UserError(f"the config.json of '{args.play}': {e}") from None
     obs_dim, act_dim = check_env(args.env, args.episode_length)
     state = load_state(args.play, args, obs_dim, act_dim)
     mu, inv_sigma = normalizer(state["stats"], args.version)
@@ -1075,6 +1079,7 @@ RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alp
 def resume_config(args: argparse.Namespace, argv) -> None:
     """On --resume the saved configuration wins, except RESUME_OVERRIDES given again; without
     alpha or nu among them the resumed run computes what the first one would have."""
+    refuse_fixed_flags(argv)
     saved = read_config(args.resume, "ars.py", ("env", "seed", "version", "alpha", "nu", "n_directions", "top_b"))
     saved.setdefault("actions", "clipped")  # runs saved before --actions
     words = flags_given(argv)
@@ -1099,9 +1104,23 @@ def check_modes(args: argparse.Namespace, argv) -> None:
         raise UserError(f"{' and '.join(modes)} do not go together: one at a time")
     if "--video" in words and args.play is None:
         raise UserError("--video goes with --play RUN_DIR")
+    if getattr(args, "ray", False) and (args.play is not None or getattr(args, "evaluate_snapshots", None) is not None):
+        raise UserError(f"--ray is for training: {'--play' if args.play is not None else '--evaluate-snapshots'} "
+                        "runs on this machine")
     if "--episodes" in words and args.play is None and getattr(args, "evaluate_snapshots", None) is None:
         raise UserError("--episodes goes with --play RUN_DIR" +
                         (" or --evaluate-snapshots RUN_DIR" if hasattr(args, "evaluate_snapshots") else ""))
+
+
+def refuse_fixed_flags(argv) -> None:
+    """On --resume the saved configuration holds: a flag that would change it is refused, not ignored."""
+    words, free = flags_given(argv), set(RESUME_OVERRIDES) | {"resume", "ray", "ray_address"}
+    fixed = sorted({o for act in build_parser()._actions if act.dest not in free for o in act.option_strings
+                    if o in words})
+    if fixed:
+        again = ", ".join("--" + k.replace("_", "-") for k in RESUME_OVERRIDES)
+        raise UserError(f"{', '.join(fixed)} cannot change a resumed run (it keeps its config.json); "
+                        f"only {again} may be given again")
 
 
 def quiet_mujoco():

@@ -748,9 +748,13 @@ def train(args) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 def play(args) -> np.ndarray:
-    cfg = read_config(args.play, "es_basic.py", ("env", "hidden", "hidden_sizes", "activation"))
-    for key in ("env", "hidden", "hidden_sizes", "activation"):
+    cfg = read_config(args.play, "es_basic.py", ("env", "hidden", "activation"))
+    for key in ("env", "hidden", "activation"):
         setattr(args, key, cfg[key])
+    try:
+        resolve_config(args)  # the saved values checked as the command line's are (a hand-edited file)
+    except UserError as e:
+        raise UserError(f"the config.json of '{args.play}': {e}") from None
     obs_dim, n_out, _ = check_env(args.env)
     sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
     state = load_state(args.play, args, n_params(sizes))
@@ -807,9 +811,23 @@ def check_modes(args: argparse.Namespace, argv) -> None:
         raise UserError(f"{' and '.join(modes)} do not go together: one at a time")
     if "--video" in words and args.play is None:
         raise UserError("--video goes with --play RUN_DIR")
+    if getattr(args, "ray", False) and (args.play is not None or getattr(args, "evaluate_snapshots", None) is not None):
+        raise UserError(f"--ray is for training: {'--play' if args.play is not None else '--evaluate-snapshots'} "
+                        "runs on this machine")
     if "--episodes" in words and args.play is None and getattr(args, "evaluate_snapshots", None) is None:
         raise UserError("--episodes goes with --play RUN_DIR" +
                         (" or --evaluate-snapshots RUN_DIR" if hasattr(args, "evaluate_snapshots") else ""))
+
+
+def refuse_fixed_flags(argv) -> None:
+    """On --resume the saved configuration holds: a flag that would change it is refused, not ignored."""
+    words, free = flags_given(argv), set(RESUME_OVERRIDES) | {"resume", "ray", "ray_address"}
+    fixed = sorted({o for act in build_parser()._actions if act.dest not in free for o in act.option_strings
+                    if o in words})
+    if fixed:
+        again = ", ".join("--" + k.replace("_", "-") for k in RESUME_OVERRIDES)
+        raise UserError(f"{', '.join(fixed)} cannot change a resumed run (it keeps its config.json); "
+                        f"only {again} may be given again")
 
 
 def quiet_mujoco():
@@ -836,6 +854,7 @@ def main(argv=None):
             resolve_config(args)
             return play(args)
         if args.resume is not None:  # the saved configuration wins, except RESUME_OVERRIDES given again
+            refuse_fixed_flags(argv)
             words = flags_given(argv)
             required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden")
             for key, value in read_config(args.resume, "es_basic.py", required).items():

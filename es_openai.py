@@ -284,9 +284,9 @@ def batched_weighted_sum(weights: np.ndarray, indices: np.ndarray, table: np.nda
 
 
 def es_gradient(F: np.ndarray, indices: np.ndarray, table: np.ndarray, dim: int) -> np.ndarray:
-    """Eq. (6): g = (1/n) sum_i w_i eps_i, with n the number of episodes: the estimate of the gradient
-    of J, Eq. (1)'s smoothed return. The factor 1/sigma of the true gradient (Eq. 2) is not applied
-    here: Adam and SGD fold it into alpha, as the starter code does."""
+    """Eq. (6): g = (1/n) sum_i w_i eps_i, with n the number of episodes: an estimate of sigma times
+    the gradient of J, Eq. (1)'s smoothed return. The factor 1/sigma of the true gradient (Eq. 2)
+    is not applied here: Adam and SGD fold it into alpha, as the starter code does."""
     return batched_weighted_sum(pair_weights(F), indices, table, dim) / F.size
 
 
@@ -862,13 +862,12 @@ class WorkerPool:
     def workers(self) -> int:
         return len(self.conns)
 
-    def collect(self, msg: tuple, task_id: int, results: dict) -> int:
-        """Adds a message's results of this task to results; returns how many were stale (dropped)."""
-        if msg[1] != task_id:  # from an older generation: dropped and counted
+    def collect(self, msg: tuple, task_id: int, results: dict):
+        """Adds a message's results of this task to results; those of an older task are dropped and counted."""
+        if msg[1] != task_id:  # from an older generation
             self.stale += len(msg[2])
-            return len(msg[2])
-        results.update(msg[2])
-        return 0
+        else:
+            results.update(msg[2])
 
     def next_jobs(self, next_job, results: dict, jobs_left) -> list:
         """The jobs of one message: a worker steps the pairs among them together. Up to --lockstep,
@@ -882,11 +881,11 @@ class WorkerPool:
             jobs.append(job)
         return jobs
 
-    def run(self, task: dict, next_job, done, jobs_left=None) -> tuple:
+    def run(self, task: dict, next_job, done, jobs_left=None) -> dict:
         """Hand out next_job() -> (kind, generation, k) or None to free workers until done(results)
-        is true; jobs_left(), if given, counts the jobs still to hand out. Returns ({k: result} of
-        this task, number of stale results dropped)."""
-        task_id, results, stale = self.publish(task), {}, 0
+        is true; jobs_left(), if given, counts the jobs still to hand out. Returns {k: result} of
+        this task; results of older tasks are dropped and counted in self.stale."""
+        task_id, results = self.publish(task), {}
         while True:
             for conn in self.conns:
                 if conn not in self.busy:
@@ -896,17 +895,17 @@ class WorkerPool:
                     self.send(conn, ("jobs", task_id, jobs))
                     self.busy.add(conn)
             if done(results):
-                return results, stale
+                return results
             if not self.busy:
                 raise RuntimeError("no job left to hand out before the generation closed")
             for conn in mp.connection.wait(list(self.busy)):
-                stale += self.collect(self.receive(conn), task_id, results)
+                self.collect(self.receive(conn), task_id, results)
 
     def evaluate(self, task: dict, generation: int, episodes: range) -> np.ndarray:
         """Returns of the noiseless policy on evaluation episodes `episodes` of this generation."""
         todo = list(episodes)[::-1]
-        results, _ = self.run(task, lambda res: ("eval", generation, todo.pop()) if todo else None,
-                              lambda res: len(res) == len(episodes), lambda: len(todo))
+        results = self.run(task, lambda res: ("eval", generation, todo.pop()) if todo else None,
+                           lambda res: len(res) == len(episodes), lambda: len(todo))
         return np.array([results[j][0] for j in episodes])
 
     def close(self):
@@ -1034,9 +1033,9 @@ class RayPool(WorkerPool):
         except ray.exceptions.RayTaskError as e:
             raise RuntimeError(f"a rollout failed in a Ray worker: {type(e.cause).__name__}: {e.cause}") from None
 
-    def run(self, task: dict, next_job, done, jobs_left=None) -> tuple:
+    def run(self, task: dict, next_job, done, jobs_left=None) -> dict:
         """Same as WorkerPool.run, with `queued` messages per actor."""
-        task_id, results, stale = self.publish(task), {}, 0
+        task_id, results = self.publish(task), {}
         while True:
             for i, actor in enumerate(self.actors):
                 while self.load[i] < self.queued:
@@ -1047,7 +1046,7 @@ class RayPool(WorkerPool):
                     self.inflight[actor.run.remote(task_id, self.task, jobs)] = i, self.task
                     self.load[i] += 1
             if done(results):
-                return results, stale
+                return results
             if not self.inflight:
                 raise RuntimeError("no job left to hand out before the generation closed")
             ready, _ = self.ray.wait(list(self.inflight), num_returns=1, timeout=self.timeout)
@@ -1055,7 +1054,7 @@ class RayPool(WorkerPool):
                 raise RuntimeError(f"no result from the Ray workers in {self.timeout:.0f} s (a node lost and no "
                                    "free CPU to restart its workers?); resume with --resume")
             self.load[self.inflight.pop(ready[0])[0]] -= 1
-            stale += self.collect(self.receive(ready[0]), task_id, results)
+            self.collect(self.receive(ready[0]), task_id, results)
 
     def close(self):
         for actor in self.actors:
@@ -1345,7 +1344,7 @@ def es_generation(pool: WorkerPool, noise: NoiseTable, state: dict, args) -> dic
     shape the returns, estimate g, take the optimizer step, then merge the observation sums."""
     t0, stale_before = time.time(), pool.stale_logged
     gen = Generation(args.seed, state["iteration"], args)
-    results, _ = pool.run(task_of(state, args), gen.next_job, gen.done, gen.jobs_left)
+    results = pool.run(task_of(state, args), gen.next_job, gen.done, gen.jobs_left)
     stale = pool.stale - stale_before  # including those that came back during the last evaluation
     pool.stale_logged = pool.stale
     accepted = [results[k] for k in range(gen.closed_at)]
@@ -1410,9 +1409,8 @@ def shm_space():
         return None
 
 
-def make_noise_table(args, dim: int) -> NoiseTable:
-    if args.noise_size < dim:
-        raise UserError(f"--noise-size {args.noise_size} is smaller than the policy's {dim} parameters")
+def make_noise_table(args) -> NoiseTable:
+    """The shared table of --noise-size numbers, or a UserError if memory or /dev/shm cannot hold it."""
     need = 4 * args.noise_size
     for what, free in (("memory", available_memory()), ("/dev/shm", shm_space())):
         if free is not None and need > free:
@@ -1444,9 +1442,12 @@ class Run:
         self.args, self.held = args, {}  # held: signal handlers set aside while a stopped run saves itself
         self.plotted, self.next_plot = 0, time.monotonic() + PLOT_EVERY  # rows in progress.png, and when next
         self.sizes = layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
+        if args.noise_size < n_params(self.sizes):  # before theta_0 takes the memory of a policy this large
+            raise UserError(f"--noise-size {args.noise_size} is smaller than the policy's {n_params(self.sizes)} "
+                            "parameters")
         run_dir, self.start_state, self.rows = start_run(args, self.sizes, obs_dim)
         # The noise table before anything is written: a refusal (memory, /dev/shm) leaves no trace.
-        self.noise = make_noise_table(args, n_params(self.sizes))
+        self.noise = make_noise_table(args)
         try:
             self.dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
             try:
@@ -1495,7 +1496,8 @@ class Run:
 
     def hold_stops(self):
         """From here on a stop would only interrupt the final save: Ctrl-C and SIGTERM wait for it."""
-        self.held = hold_stops()
+        if not self.held:  # held once: a second call would keep SIG_IGN as the handlers to put back
+            self.held = hold_stops()
 
     def interrupted(self, status) -> str:
         """Ctrl-C or SIGTERM: a second one (a shell or `timeout` often sends one) waits until the
@@ -1509,6 +1511,7 @@ class Run:
     def close_and_save(self, state: dict, status):
         """Whatever ended the run, a worker's death included: the workers and the table go, and the
         last logged generation is saved (a snapshot too if the run finished)."""
+        self.hold_stops()  # a worker's death arrives with stops still live, and closing the pool takes seconds
         self.pool.close()
         self.noise.close()
         self.csv.close()
@@ -1589,10 +1592,14 @@ def log_generation(csv_file, state: dict, info: dict, ev: np.ndarray, last_eval:
 
 def saved_run(run_dir: str, args) -> tuple:
     """Restore the options of a run directory that shape its policy; returns (sizes, act_space)."""
-    cfg = read_config(run_dir, "es_openai.py", ("env", "hidden_sizes", "activation", "ac_bins", "obs_norm"))
-    for key in ("env", "hidden", "hidden_sizes", "activation", "ac_bins", "obs_norm", "episode_length", "noise_size"):
+    cfg = read_config(run_dir, "es_openai.py", ("env", "hidden", "activation", "ac_bins", "obs_norm"))
+    for key in ("env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length", "noise_size"):
         if key in cfg:
             setattr(args, key, cfg[key])
+    try:
+        resolve_config(args)  # the saved values checked as the command line's are (a hand-edited file)
+    except UserError as e:
+        raise UserError(f"the config.json of '{run_dir}': {e}") from None
     args.ac_noise_std = 0.0
     obs_dim, act_space = check_env(args)
     return layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins), act_space
@@ -1704,9 +1711,23 @@ def check_modes(args: argparse.Namespace, argv) -> None:
         raise UserError(f"{' and '.join(modes)} do not go together: one at a time")
     if "--video" in words and args.play is None:
         raise UserError("--video goes with --play RUN_DIR")
+    if getattr(args, "ray", False) and (args.play is not None or getattr(args, "evaluate_snapshots", None) is not None):
+        raise UserError(f"--ray is for training: {'--play' if args.play is not None else '--evaluate-snapshots'} "
+                        "runs on this machine")
     if "--episodes" in words and args.play is None and getattr(args, "evaluate_snapshots", None) is None:
         raise UserError("--episodes goes with --play RUN_DIR" +
                         (" or --evaluate-snapshots RUN_DIR" if hasattr(args, "evaluate_snapshots") else ""))
+
+
+def refuse_fixed_flags(argv) -> None:
+    """On --resume the saved configuration holds: a flag that would change it is refused, not ignored."""
+    words, free = flags_given(argv), set(RESUME_OVERRIDES) | {"resume", "ray", "ray_address"}
+    fixed = sorted({o for act in build_parser()._actions if act.dest not in free for o in act.option_strings
+                    if o in words})
+    if fixed:
+        again = ", ".join("--" + k.replace("_", "-") for k in RESUME_OVERRIDES)
+        raise UserError(f"{', '.join(fixed)} cannot change a resumed run (it keeps its config.json); "
+                        f"only {again} may be given again")
 
 
 def quiet_mujoco():
@@ -1733,6 +1754,7 @@ def main(argv=None):
             resolve_config(args)
             return play(args) if args.play is not None else evaluate_snapshots(args)
         if args.resume is not None:  # the saved configuration wins, except RESUME_OVERRIDES given again
+            refuse_fixed_flags(argv)
             words = flags_given(argv)
             required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden", "optimizer")
             for key, value in read_config(args.resume, "es_openai.py", required).items():

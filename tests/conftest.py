@@ -28,16 +28,18 @@ def only_builtin_types(x) -> bool:
 
 
 def refused(module, tmp_path, *argv) -> str:
-    """Runs module.main(argv + --out-dir) in this process (as `python SCRIPT ARGV` runs it, much
-    faster than a new interpreter) and checks that the input is refused as CONVENTIONS.md says:
-    exit status 2, one line on stderr naming the script, nothing written. Returns that line."""
+    """Runs module.main(argv + --out-dir, unless it resumes) in this process (as `python SCRIPT
+    ARGV` runs it, much faster than a new interpreter) and checks that the input is refused as
+    CONVENTIONS.md says: exit status 2, one line on stderr naming the script, nothing written.
+    Returns that line."""
     import contextlib
     import io
     import pytest
     out_dir, err = tmp_path / "out", io.StringIO()
+    where = [] if "--resume" in argv else ["--out-dir", str(out_dir)]  # a resumed run stays in its folder
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
             pytest.raises(SystemExit) as stop:
-        module.main([*argv, "--out-dir", str(out_dir)])
+        module.main([*argv, *where])
     lines = err.getvalue().strip().splitlines()
     assert stop.value.code == 2, err.getvalue()
     assert len(lines) == 1 and lines[0].startswith(f"{module.__name__}.py: error:"), err.getvalue()

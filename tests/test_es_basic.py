@@ -227,7 +227,7 @@ def test_shared_helpers_are_identical_copies_of_ars():
                  "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
                  "UserError", "stop_on_sigterm", "reset_env",
                  "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes",
-                 "flags_given"):
+                 "flags_given", "refuse_fixed_flags"):
         assert inspect.getsource(getattr(es, name)) == inspect.getsource(getattr(ars, name)), name
     assert es.SHARED_COLUMNS == ars.SHARED_COLUMNS
 

@@ -54,11 +54,11 @@ def test_centered_ranks_and_sign_shaping_by_hand():
     np.testing.assert_allclose(eo.centered_ranks(np.array([3.0, 1.0, 2.0, 10.0, -4.0])),
                                [0.25, -0.25, 0.0, 0.5, -0.5])
     returns = np.array([[5.0, 1.0], [2.0, 7.0]])
-    signs = np.array([[3.0, -2.0], [0.0, 4.0]])
+    signs = np.array([[0.0, 4.0], [3.0, -2.0]])  # ranked in another order than the returns
     np.testing.assert_allclose(eo.shape_fitness(returns, signs, "centered_rank"),
                                [[1 / 6, -0.5], [-1 / 6, 0.5]])
     np.testing.assert_allclose(eo.shape_fitness(returns, signs, "sign"), signs)
-    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "centered_sign_rank"), [[1 / 6, -0.5], [-1 / 6, 0.5]])
+    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "centered_sign_rank"), [[-1 / 6, 0.5], [1 / 6, -0.5]])
     np.testing.assert_allclose(eo.shape_fitness(returns, signs, "none"), returns)
     np.testing.assert_allclose(eo.pair_weights(np.array([[1 / 6, -0.5], [-1 / 6, 0.5]])), [2 / 3, -2 / 3])
 
@@ -290,7 +290,7 @@ def test_shared_helpers_are_identical_copies():
                  "UserError", "stop_on_sigterm", "available_cores", "make_env", "start_ray", "stop_ray",
                  "set_workers", "reset_env",
                  "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes",
-                 "flags_given"):
+                 "flags_given", "refuse_fixed_flags"):
         assert inspect.getsource(getattr(eo, name)) == inspect.getsource(getattr(ars, name)), name
     assert inspect.getsource(eo.centered_ranks) == inspect.getsource(es_basic.centered_ranks)
     assert eo.SHARED_COLUMNS == ars.SHARED_COLUMNS
@@ -334,9 +334,9 @@ def test_results_of_an_older_generation_are_dropped_and_counted():
         pool.run(task, lambda res: jobs.pop() if jobs else None, lambda res: not jobs)  # closes at once
         assert len(pool.busy) == 2  # both workers still run their pair of generation 0
         evals = [("eval", 1, 0)]
-        results, stale = pool.run(task, lambda res: evals.pop() if evals else None, lambda res: len(res) == 1)
+        results = pool.run(task, lambda res: evals.pop() if evals else None, lambda res: len(res) == 1)
         assert list(results) == [0] and len(results[0]) == 2  # (return, length): only the new task's result
-        assert stale >= 1 and stale + len(pool.busy) == 2  # each old pair is dropped when it comes back
+        assert pool.stale >= 1 and pool.stale + len(pool.busy) == 2  # each old pair is dropped when it comes back
     finally:
         pool.close()
         table.close()
@@ -476,7 +476,11 @@ def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):
     rows = list(csv_rows(run(tmp_path, iterations=3, population=10, eval_prob=0.5)["run_dir"]))
     counts = [int(r["noiseless_count"]) for r in rows]
     assert sum(counts) > 0 and all(float(r["noiseless_return_mean"]) > 0 for r, c in zip(rows, counts) if c)
-    assert all(int(r["episodes_this_gen"]) >= 10 for r in rows)  # noiseless episodes are not population
+    assert all(float(r["noiseless_return_mean"]) != float(r["noiseless_return_mean"]) for r, c in zip(rows, counts)
+               if not c)  # nan when a generation had none
+    # noiseless episodes come on top of the population: 10 training episodes in every generation
+    assert all(int(r["episodes_this_gen"]) - int(r["noiseless_count"]) == 10 for r in rows)
+    assert int(rows[-1]["episodes"]) == sum(int(r["episodes_this_gen"]) for r in rows)
     none = list(csv_rows(run(tmp_path / "none", iterations=3, population=10)["run_dir"]))
     assert all(int(r["noiseless_count"]) == 0 for r in none)
 
@@ -489,7 +493,7 @@ def test_es_learns_cartpole_within_a_tiny_budget(tmp_path):
 
 
 def test_observation_statistics_come_from_training_pairs_only(tmp_path):
-    none = run(tmp_path / "a", calc_obstat_prob=0.0, no_obs_norm=True)
+    none = run(tmp_path / "a", calc_obstat_prob=1.0, no_obs_norm=True)  # without normalization nothing is kept
     some = run(tmp_path / "b", calc_obstat_prob=1.0)
     assert none["ob_stat"].count == pytest.approx(1e-2)
     assert some["ob_stat"].count == pytest.approx(1e-2 + some["env_steps"])  # every training step, no evaluation
@@ -535,6 +539,15 @@ def test_every_pair_of_option_values_runs(tmp_path):
             kw["no_obs_norm"] = True
         result = run(tmp_path / str(i), **kw)
         assert result["status"] == "done" and result["iteration"] == 1 and np.isfinite(result["theta"]).all(), c
+
+
+@pytest.mark.parametrize("option", ["fitness", "optimizer"])
+def test_every_value_of_an_option_changes_the_run(tmp_path, option):
+    # An option read but ignored would leave theta as the default value gives it.
+    base = dict(TINY, env="Pendulum-v1", iterations=2, population=4, eval_episodes=1, episode_length=20)
+    thetas = [run(tmp_path / str(v), **{**base, option: v})["theta"] for v in FACTORS[option]]
+    for theta, value in zip(thetas[1:], FACTORS[option][1:]):
+        assert not np.array_equal(theta, thetas[0]), value
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -586,7 +599,7 @@ def test_bad_checkpoints_and_run_directories(tmp_path):
     open(latest, "wb").write(saved)
     cfg_path = os.path.join(good["run_dir"], "config.json")
     cfg = json.load(open(cfg_path))
-    json.dump({**cfg, "hidden_sizes": [9]}, open(cfg_path, "w"))
+    json.dump({**cfg, "hidden": "9"}, open(cfg_path, "w"))
     assert "this run needs [4, 9, 2]" in bad(tmp_path, "--play", good["run_dir"])
     json.dump({**cfg, "env": "Acrobot-v1"}, open(cfg_path, "w"))
     assert "is for CartPole-v1, not Acrobot-v1" in bad(tmp_path, "--play", good["run_dir"])
@@ -631,7 +644,24 @@ class NanEnv(CrashEnv):
         return np.zeros(1), float(a[0]) if abs(a[0]) <= 0.3 else float("nan"), False, False, {}
 
 
+class CrashLaterEnv(CrashEnv):
+    """A quiet episode of 10 steps; a worker process dies at its 13th reset: with one worker, 4
+    episodes a generation and no evaluation before the last, in generation 4."""
+    resets = {}  # per process: the master's own resets do not count
+
+    def reset(self, seed=None, options=None):
+        n = self.resets[os.getpid()] = self.resets.get(os.getpid(), 0) + 1
+        if n == 13 and os.getpid() != TEST_PROCESS:
+            os._exit(3)
+        return np.zeros(1), {}
+
+    def step(self, a):
+        return np.zeros(1), 0.0, False, False, {}
+
+
+TEST_PROCESS = os.getpid()
 gym.register("EoCrashTest-v0", entry_point=CrashEnv, max_episode_steps=10)
+gym.register("EoCrashLaterTest-v0", entry_point=CrashLaterEnv, max_episode_steps=10)
 gym.register("EoNanTest-v0", entry_point=NanEnv, max_episode_steps=10)
 
 
@@ -657,6 +687,23 @@ def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
     finally:
         signal.alarm(0)
     assert os.path.isfile(glob.glob(str(tmp_path / "*" / "checkpoints" / "latest.npz"))[0])
+
+
+@FORK_ONLY
+def test_a_worker_dying_later_leaves_its_last_generation_even_through_a_ctrl_c(tmp_path, monkeypatch):
+    def crashing_run():
+        try:
+            run(tmp_path, env="EoCrashLaterTest-v0", iterations=10, population=4, eval_every=100, save_every=100)
+        except BaseException as e:  # a KeyboardInterrupt here: the Ctrl-C cut the final save short
+            return e
+    error, handler = sigint_during_close(monkeypatch, eo.WorkerPool, crashing_run)
+    assert isinstance(error, RuntimeError) and "worker process died" in str(error), repr(error)
+    (run_dir,) = glob.glob(str(tmp_path / "*"))
+    logged = list(csv_rows(run_dir))
+    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
+    # the only snapshot is generation 0's: a later one in latest.npz was saved after the death
+    assert int(ck["iteration"]) == len(logged) >= 2
+    assert handler is signal.default_int_handler
 
 
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):

@@ -149,6 +149,10 @@ def test_flags_of_another_mode_are_refused(runs, script, tmp_path, capsys, monke
     if script == "es_openai.py":
         cases += [(["--play", run_dir, "--evaluate-snapshots", run_dir], "do not go together"),
                   (["--evaluate-snapshots", run_dir, "--video"], "--video goes with --play")]
+    if script != "es_basic.py":  # the scripts with a Ray engine
+        cases += [(["--play", run_dir, "--ray"], "--ray is for training")]
+    if script == "es_openai.py":
+        cases += [(["--evaluate-snapshots", run_dir, "--ray"], "--ray is for training")]
     for argv, message in cases:
         assert message in one_error_line(call(capsys, script, *TINY[script], *argv)), argv
     assert os.listdir(tmp_path) == [] and digest(run_dir) == before  # no training started, nothing written
@@ -184,6 +188,32 @@ def test_a_hand_edited_config_is_one_line(runs, script, key, value, tmp_path, ca
     json.dump(cfg, open(os.path.join(run_dir, "config.json"), "w"))
     before = digest(run_dir)
     one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2"))
+    assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_flag_that_would_change_a_resumed_run_is_refused(runs, script, tmp_path, capsys):
+    run_dir = copy_of(runs, script, tmp_path)
+    before = digest(run_dir)
+    own = {"ars.py": ["--n-directions", "4"], "es_basic.py": ["--no-mirror"], "es_openai.py": ["--population", "8"]}
+    for argv in (["--seed", "3"], own[script], ["--out-dir", str(tmp_path)]):
+        line = one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2", *argv))
+        assert f"{argv[0]} cannot change a resumed run" in line and "--iterations" in line, line
+    assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("key, value", [("episode_length", 0), ("hidden", "0")])
+def test_a_hand_edited_config_is_one_line_for_play(runs, script, key, value, tmp_path, capsys):
+    if (script, key) in (("ars.py", "hidden"), ("es_basic.py", "episode_length")):
+        pytest.skip(f"{script} has no --{key.replace('_', '-')}")
+    run_dir = copy_of(runs, script, tmp_path)
+    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    cfg[key] = value
+    json.dump(cfg, open(os.path.join(run_dir, "config.json"), "w"))
+    before = digest(run_dir)
+    line = one_error_line(call(capsys, script, "--play", run_dir, "--episodes", "1"))
+    assert "config.json" in line and "must be at least 1" in line, line
     assert digest(run_dir) == before
 
 

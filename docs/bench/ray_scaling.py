@@ -58,7 +58,7 @@ def es_setup(env, workers, ray_backend):
                  **({"ray": True} if ray_backend else {}))
     obs_dim, act_space = eo.check_env(args)
     sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
-    noise = eo.make_noise_table(args, eo.n_params(sizes))
+    noise = eo.make_noise_table(args)
     pool = (eo.RayPool if ray_backend else eo.WorkerPool)(workers, noise, args, act_space, sizes)
     state = eo.new_state(args, sizes, obs_dim)
     return args, pool, state, lambda st: eo.es_generation(pool, noise, st, args), noise.close
@@ -109,7 +109,7 @@ def payloads(env):
     try:
         task = eo.task_of(state, args)
         gen = eo.Generation(args.seed, 0, args)
-        results, _ = pool.run(task, gen.next_job, gen.done)
+        results = pool.run(task, gen.next_job, gen.done)
         pairs = [r for r in results.values() if r[0] == "pair"]
         out["es_openai"] = dict(params=len(pickle.dumps(("task", 1, task))), job=len(pickle.dumps(("job", 1, "train", 0, 5))),
                                 result=statistics.median(len(pickle.dumps(("result", 1, 0, r))) for r in pairs),
