@@ -435,14 +435,22 @@ class WorkerPool:
             self.conns.append(parent)
             self.procs.append(proc)
 
+    @staticmethod
+    def send(conn, msg: tuple):
+        try:
+            conn.send(msg)
+        except (BrokenPipeError, ConnectionResetError):  # a worker that died while it waited
+            raise RuntimeError("a worker process died; the run stops (resume from the last "
+                               "checkpoint with --resume)") from None
+
     def run(self, iteration: int, M, mu, inv_sigma, nu: float, jobs: list) -> dict:
         """Broadcast the parameters, run every (kind, index) job, return {index: result}."""
         for conn in self.conns:
-            conn.send(("params", iteration, M, mu, inv_sigma, nu))
+            self.send(conn, ("params", iteration, M, mu, inv_sigma, nu))
         pending, results, busy = list(reversed(jobs)), {}, 0
         for conn in self.conns:
             if pending:
-                conn.send(pending.pop())
+                self.send(conn, pending.pop())
                 busy += 1
         while busy:
             for conn in mp.connection.wait(self.conns):
@@ -456,7 +464,7 @@ class WorkerPool:
                 results[index] = out
                 busy -= 1
                 if pending:
-                    conn.send(pending.pop())
+                    self.send(conn, pending.pop())
                     busy += 1
         return results
 
@@ -811,6 +819,8 @@ def load_state(run_dir: str, args, obs_dim: int, act_dim: int) -> dict:
         raise UserError(f"the checkpoint in '{run_dir}' is for {ck['env']}, not {args.env}")
     if ck["M"].shape != (act_dim, obs_dim) or ck["obs_mean"].shape != (obs_dim,):
         raise UserError(f"the checkpoint's policy has shape {ck['M'].shape}, {args.env} needs {(act_dim, obs_dim)}")
+    if ck["obs_m2"].shape != (obs_dim,) or any(ck[k].size != 1 for k in need - {"M", "obs_mean", "obs_m2"}):
+        raise UserError(f"the checkpoint in '{run_dir}' is corrupt (its statistics or counters have the wrong shape)")
     return {"M": ck["M"], "iteration": int(ck["iteration"]), "episodes": int(ck["episodes"]),
             "env_steps": int(ck["env_steps"]), "wall_time": float(ck["wall_time"]),
             "stats": (int(ck["obs_count"]), ck["obs_mean"], ck["obs_m2"])}
@@ -1070,23 +1080,26 @@ def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
     return path
 
 
-# Flags that may be given again with --resume: they steer the run (or, alpha, nu and nu_late, rescue a
-# diverged one); every other option keeps its saved value. --ray and --ray-address always come
-# from the command line: they say where the run goes on, not what it computes.
-RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "nu", "nu_late")
+# Flags that may be given again with --resume: they steer the run (or, alpha, nu and nu_late with
+# nu_late_from, rescue a diverged one); every other option keeps its saved value. --workers, --ray
+# and --ray-address always come from the command line: they say where the run goes on, not what
+# it computes (--workers defaults to this machine's cores, not the saved count).
+RESUME_OVERRIDES = ("workers", "iterations", "target_return", "save_every", "alpha", "nu", "nu_late", "nu_late_from")
 
 
 def resume_config(args: argparse.Namespace, argv) -> None:
     """On --resume the saved configuration wins, except RESUME_OVERRIDES given again; without
-    alpha or nu among them the resumed run computes what the first one would have."""
+    alpha, nu or nu_late among them the resumed run computes what the first one would have."""
     refuse_fixed_flags(argv)
     saved = read_config(args.resume, "ars.py", ("env", "seed", "version", "alpha", "nu", "n_directions", "top_b"))
     saved.setdefault("actions", "clipped")  # runs saved before --actions
     words = flags_given(argv)
     given = {key for key in RESUME_OVERRIDES if f"--{key.replace('_', '-')}" in words}
     for key, value in saved.items():
-        if key in vars(args) and key not in ("resume", "ray", "ray_address") and key not in given:
+        if key in vars(args) and key not in ("resume", "workers", "ray", "ray_address") and key not in given:
             setattr(args, key, value)
+    if "target_return" in given and saved.get("confirm_return") == saved.get("target_return"):
+        args.confirm_return = None  # it followed the target, its default: it follows the new one
 
 
 def flags_given(argv) -> set:
@@ -1148,7 +1161,7 @@ def main(argv=None):
             return play(args)
         if args.resume is not None:
             resume_config(args, argv)
-        resolve_config(args)  # a resumed run's saved values were checked by read_config
+        resolve_config(args)  # read_config checked the saved values' types, this checks the values
         result = train(args)
     except UserError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)

@@ -95,6 +95,11 @@ class UserError(Exception):
     """A mistake in the command line or the files it names: one line, exit status 2."""
 
 
+def available_cores() -> int:
+    """The cores this process may use (a CPU affinity mask or a container can allow fewer than exist)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
     """Fill unset flags from the environment's preset, then check that they make sense."""
     for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
@@ -113,8 +118,10 @@ def resolve_config(args: argparse.Namespace) -> argparse.Namespace:
                f"--population must be even with mirrored sampling, got {args.population} (or add --no-mirror)"),
               (all(h >= 1 for h in args.hidden_sizes), "--hidden sizes must be at least 1"),
               (args.weight_decay >= 0, "--weight-decay must be 0 or positive"),
-              (1 <= args.workers <= 16 * (os.cpu_count() or 1),
-               f"--workers must be between 1 and 16 per core ({16 * (os.cpu_count() or 1)} here)"),
+              (1 <= args.workers <= 16 * available_cores(),
+               f"--workers must be between 1 and 16 per core ({16 * available_cores()} here)"),
+              (sum(a * b for a, b in zip(args.hidden_sizes, args.hidden_sizes[1:])) <= MAX_UNITS ** 2 // 100,
+               f"the weights between --hidden layers must be at most {MAX_UNITS ** 2 // 100:,} in all"),
               (args.iterations >= 0, "--iterations must be at least 0"),
               (args.eval_every >= 1 and args.eval_episodes >= 1 and args.save_every >= 1,
                "--eval-every, --eval-episodes and --save-every must be at least 1"),
@@ -861,7 +868,7 @@ def main(argv=None):
                 given = key in RESUME_OVERRIDES and f"--{key.replace('_', '-')}" in words
                 if key in vars(args) and key != "resume" and not given:
                     setattr(args, key, value)
-        resolve_config(args)  # a resumed run's saved values were checked by read_config
+        resolve_config(args)  # read_config checked the saved values' types, this checks the values
         result = train(args)
     except UserError as e:
         print(f"es_basic.py: error: {e}", file=sys.stderr)

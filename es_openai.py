@@ -1692,7 +1692,8 @@ def write_gif(args, policy: Policy) -> str:
 
 
 # Flags that may be given again with --resume: they steer the run (or, alpha and sigma, rescue a
-# diverged one); every other option keeps its saved value.
+# diverged one); every other option keeps its saved value. --workers defaults to this machine's
+# cores, not the saved count (the results do not depend on it).
 RESUME_OVERRIDES = ("workers", "lockstep", "iterations", "target_return", "save_every", "alpha", "sigma")
 
 
@@ -1759,9 +1760,9 @@ def main(argv=None):
             required = ("env", "seed", "sigma", "alpha", "population", "mirror", "fitness", "hidden", "optimizer")
             for key, value in read_config(args.resume, "es_openai.py", required).items():
                 given = key in RESUME_OVERRIDES and f"--{key.replace('_', '-')}" in words
-                if key in vars(args) and key not in ("resume", "ray", "ray_address") and not given:
+                if key in vars(args) and key not in ("resume", "workers", "ray", "ray_address") and not given:
                     setattr(args, key, value)
-        resolve_config(args)  # a resumed run's saved values were checked by read_config
+        resolve_config(args)  # read_config checked the saved values' types, this checks the values
         result = train(args)
     except UserError as e:
         print(f"es_openai.py: error: {e}", file=sys.stderr)

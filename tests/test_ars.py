@@ -188,6 +188,18 @@ def test_nu_late_switches_nu_after_the_evaluation_that_reaches_nu_late_from(tmp_
                                   run(tmp_path / "fixed", nu=0.03)["M"])
 
 
+def test_a_resumed_run_takes_workers_here_and_may_change_its_nu_schedule_and_target(tmp_path, monkeypatch):
+    part = run(tmp_path, iterations=1, nu_late=0.2, nu_late_from=100.0, target_return=50.0)
+    cfg_path = os.path.join(part["run_dir"], "config.json")
+    json.dump({**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w"))  # saved on a larger machine
+    seen = {}
+    monkeypatch.setattr(ars, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
+    ars.main(["--resume", part["run_dir"], "--iterations", "3"])
+    assert seen["workers"] == ars.available_cores() and seen["confirm_return"] == 50.0
+    ars.main(["--resume", part["run_dir"], "--nu-late", "0", "--nu-late-from", "0", "--target-return", "80"])
+    assert seen["nu_late"] == 0 and seen["nu_late_from"] == 0 and seen["confirm_return"] == 80.0
+
+
 def test_nu_late_given_again_on_resume_replaces_the_saved_one(tmp_path):
     # A run switched at iteration 2 and resumed with --nu-late 0.2 takes its iteration 4 with 0.2,
     # not the saved 0.1; --nu alone, given again, does not touch the switched nu.
@@ -378,6 +390,32 @@ def test_a_worker_sends_back_only_builtin_types():
     assert ars.Episode(*evaluation[2]).stats is None
 
 
+class SeedRecorder(gym.Env):
+    """Records the seed of every reset, in this process."""
+    observation_space, action_space = gym.spaces.Box(-1, 1, (1,)), gym.spaces.Box(-1, 1, (1,))
+    seeds = []
+
+    def reset(self, seed=None, options=None):
+        self.seeds.append(seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, a):
+        return np.zeros(1, np.float32), 0.0, True, False, {}
+
+
+gym.register("SeedRecorder-v0", entry_point=SeedRecorder)
+
+
+def test_both_rollouts_of_a_pair_start_from_one_environment_seed():
+    # Eq. (3): r+ and r- differ only by the sign of the perturbation, not by the episode drawn.
+    SeedRecorder.seeds.clear()
+    worker = ars.Rollouts("SeedRecorder-v0", 5, 0, 0.0, 0.0)
+    worker.set_params(0, np.zeros((1, 1)), np.zeros(1), np.ones(1), 0.05)
+    worker.job("train", 0), worker.job("train", 1)
+    first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
+    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], SeedRecorder.seeds
+
+
 def test_ars_raises_the_return_on_a_cheap_environment(tmp_path):
     result = run(tmp_path, env="InvertedPendulum-v5", iterations=10, n_directions=8, top_b=4, alpha=0.5,
                  nu=0.2, eval_every=10, eval_episodes=3, workers=2, seed=3)
@@ -508,6 +546,18 @@ def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
 
 
 @FORK_ONLY
+def test_a_worker_killed_while_idle_is_a_dead_worker_not_a_broken_pipe():
+    pool = ars.WorkerPool(2, "Pendulum-v1", None, 0, 0.0, 0.0)
+    try:
+        pool.procs[1].kill()  # between two iterations, as the kernel's OOM killer may do
+        pool.procs[1].join()
+        with pytest.raises(RuntimeError, match="worker process died"):
+            pool.run(0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1, [("train", k) for k in range(4)])
+    finally:
+        pool.close()
+
+
+@FORK_ONLY
 def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_path):
     with pytest.raises(RuntimeError, match="worker process died"):
         run(tmp_path, env="CrashLaterTest-v0", iterations=10, n_directions=2, top_b=1, version=1, nu=0.01,
@@ -618,6 +668,9 @@ def test_missing_corrupt_and_mismatched_checkpoints(tmp_path):
     marker = str(tmp_path / "unpickled")  # a checkpoint with a pickled object is refused, never unpickled
     np.savez(latest, **{**dict(np.load(good["run_dir"] + "/checkpoints/iter_000001.npz")), "M": booby_trapped(marker)})
     assert "corrupt" in bad(tmp_path, "--play", good["run_dir"]) and not os.path.exists(marker)
+    for key, value in (("obs_m2", np.ones(2)), ("iteration", np.arange(3))):  # a truncated or edited file
+        np.savez(latest, **{**dict(np.load(good["run_dir"] + "/checkpoints/iter_000001.npz")), key: value})
+        assert "corrupt" in bad(tmp_path, "--play", good["run_dir"]), key
     os.remove(latest)
     assert "no checkpoint" in bad(tmp_path, "--resume", good["run_dir"])
     open(latest, "wb").write(saved)

@@ -222,12 +222,21 @@ def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
     assert handler is signal.default_int_handler  # the script restored the handler it held
 
 
+def test_both_members_of_a_mirrored_pair_start_from_one_environment_seed():
+    from test_ars import SeedRecorder  # records every reset's seed
+    SeedRecorder.seeds.clear()
+    es.init_worker("SeedRecorder-v0", 0, [1, 2], "tanh", 0.1, True)
+    es.run_members(np.zeros(es.n_params([1, 2])), 0, [0, 1, 2, 3])  # the pairs +/- eps_0 and +/- eps_1
+    first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
+    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], SeedRecorder.seeds
+
+
 def test_shared_helpers_are_identical_copies_of_ars():
     for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
                  "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
                  "UserError", "stop_on_sigterm", "reset_env",
                  "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes",
-                 "flags_given", "refuse_fixed_flags"):
+                 "flags_given", "refuse_fixed_flags", "available_cores"):
         assert inspect.getsource(getattr(es, name)) == inspect.getsource(getattr(ars, name)), name
     assert es.SHARED_COLUMNS == ars.SHARED_COLUMNS
 

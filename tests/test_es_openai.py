@@ -558,6 +558,7 @@ def test_every_value_of_an_option_changes_the_run(tmp_path, option):
     (["--env", "Pendulum-v1", "--calc-obstat-prob", "0"], "--calc-obstat-prob must be positive"),
     (["--env", "Pendulum-v1", "--eval-prob", "1"], "--eval-prob must be in [0, 1)"),
     (["--env", "Pendulum-v1", "--noise-size", "10"], "smaller than the policy"),
+    (["--env", "Pendulum-v1", "--hidden", "40000,40000"], "smaller than the policy"),  # before theta_0 (6 GB)
     (["--env", "Pendulum-v1", "--noise-size", str(10**12)], "lower --noise-size"),
     (["--env", "Pendulum-v1", "--sigma", "0"], "--sigma must be positive"),
     (["--env", "Pendulum-v1", "--alpha", "-1"], "--alpha must be positive"),
@@ -581,6 +582,16 @@ def test_bad_flags(tmp_path, argv, message):
 
 def bad(tmp_path, *argv):
     return refused(eo, tmp_path, *argv)
+
+
+def test_a_resumed_run_takes_its_workers_from_this_machine(tmp_path, monkeypatch):
+    part = run(tmp_path, iterations=1)
+    cfg_path = os.path.join(part["run_dir"], "config.json")
+    json.dump({**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w"))  # saved on a larger machine
+    seen = {}
+    monkeypatch.setattr(eo, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
+    eo.main(["--resume", part["run_dir"], "--iterations", "3"])
+    assert seen["workers"] == eo.available_cores() and seen["iterations"] == 3
 
 
 def test_bad_checkpoints_and_run_directories(tmp_path):

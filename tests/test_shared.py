@@ -128,7 +128,7 @@ def test_an_empty_run_dir_is_refused_and_starts_no_run(script, tmp_path, capsys,
 def test_sizes_that_cannot_fit_in_memory_are_refused(script, tmp_path, capsys):
     huge = ["--workers 100000", "--eval-episodes 10000000000", "--episodes 10000000000 --play x"]
     huge += {"ars.py": ["--n-directions 100000000 --top-b 1"],
-             "es_basic.py": ["--hidden 1000000000", "--population 10000000000"],
+             "es_basic.py": ["--hidden 1000000000", "--hidden 40000,40000", "--population 10000000000"],
              "es_openai.py": ["--hidden 1000000000", "--ac-bins 1000000000", "--population 10000000000"]}[script]
     for flags in huge:
         argv = flags.split()
