@@ -240,15 +240,18 @@ def select_top_b(r_plus: np.ndarray, r_minus: np.ndarray, b: int) -> np.ndarray:
     return np.argsort(-np.maximum(r_plus, r_minus), kind="stable")[:b]
 
 
-def ars_update(M: np.ndarray, deltas: np.ndarray, r_plus: np.ndarray, r_minus: np.ndarray,
+def ars_update(M: np.ndarray, direction, r_plus: np.ndarray, r_minus: np.ndarray,
                alpha: float, b: int) -> tuple:
     """Eqs. (4)-(5): M + alpha / (b sigma_R) sum_{k in top b} (r+_k - r-_k) delta_k, Eq. (1)'s
-    mirrored-difference estimate of the gradient with its changes. Returns (new M, sigma_R)."""
+    mirrored-difference estimate of the gradient with its changes. direction(k) gives delta_k; it
+    is called for the top b only, so the master never holds all N directions (N may be far larger
+    than b). Returns (new M, sigma_R)."""
     top = select_top_b(r_plus, r_minus, b)
     sigma_R = float(np.concatenate([r_plus[top], r_minus[top]]).std())  # ddof 0, as the official code
     if not sigma_R > 0:  # all 2b returns equal: no direction is better, take no step
         return M.copy(), sigma_R
-    step = np.tensordot(r_plus[top] - r_minus[top], deltas[top], axes=1)  # (p, n)
+    deltas = np.stack([direction(k) for k in top])  # (b, p, n), best first
+    step = np.tensordot(r_plus[top] - r_minus[top], deltas, axes=1)  # (p, n)
     return M + alpha / (b * sigma_R) * step, sigma_R
 
 
@@ -836,9 +839,9 @@ def ars_iteration(pool: WorkerPool, state: dict, args, nu: float = None) -> tupl
     mu, inv_sigma = normalizer(stats, args.version)  # frozen for the whole iteration (Eq. 2)
     out = pool.run(j, M, mu, inv_sigma, nu, [("train", k) for k in range(N)])  # Eq. (3)
     plus, minus = [Episode(*out[k][0]) for k in range(N)], [Episode(*out[k][1]) for k in range(N)]
-    deltas = np.stack([sample_direction(args.seed, j, k, M.shape) for k in range(N)])  # (N, p, n)
+    direction = lambda k: sample_direction(args.seed, j, k, M.shape)  # noqa: E731  # delta_k, regenerated
     r_plus, r_minus = np.array([e.shaped for e in plus]), np.array([e.shaped for e in minus])
-    M_new, sigma_R = ars_update(M, deltas, r_plus, r_minus, args.alpha, args.top_b)  # Eqs. (4)-(5)
+    M_new, sigma_R = ars_update(M, direction, r_plus, r_minus, args.alpha, args.top_b)  # Eqs. (4)-(5)
     for k in range(N):  # Eq. (6), in direction order: any worker count gives the same bits
         stats = merge_stats(merge_stats(stats, plus[k].stats), minus[k].stats)
     returns = np.array([e.ret for e in plus + minus])  # plain returns, for the log

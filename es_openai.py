@@ -1308,7 +1308,7 @@ def checkpoint(run_dir: str, state: dict, args, sizes: list, snapshot: bool):
                   iteration=np.array(state["iteration"]), episodes=np.array(state["episodes"]),
                   env_steps=np.array(state["env_steps"]), wall_time=np.array(state["wall_time"]),
                   env=np.array(args.env), sizes=np.array(sizes), activation=np.array(args.activation),
-                  ac_bins=np.array(args.ac_bins), **state["optimizer"].state())
+                  ac_bins=np.array(args.ac_bins), obs_norm=np.array(args.obs_norm), **state["optimizer"].state())
     if snapshot:
         save_npz_atomic(os.path.join(run_dir, "checkpoints", f"iter_{state['iteration']:06d}.npz"), **arrays)
     save_npz_atomic(os.path.join(run_dir, "checkpoints", "latest.npz"), **arrays)
@@ -1325,6 +1325,9 @@ def load_state(path: str, args, sizes: list) -> dict:
     if list(ck["sizes"]) != list(sizes) or ck["theta"].shape != (n_params(sizes),) or str(ck["activation"]) != args.activation:
         raise UserError(f"the checkpoint '{path}' holds a {ck['sizes'].tolist()} {ck['activation']} policy; "
                         f"this run needs {sizes} {args.activation}")
+    if "obs_norm" in ck and bool(ck["obs_norm"]) != args.obs_norm:  # older checkpoints lack the flag
+        raise UserError(f"the checkpoint '{path}' is of a run {'with' if ck['obs_norm'] else 'without'} observation "
+                        f"normalization; config.json says {'with' if args.obs_norm else 'without'}")
     state = new_state(args, sizes, len(ck["ob_sum"]))
     state["optimizer"].load(ck)
     ob = state["ob_stat"]

@@ -44,14 +44,29 @@ def test_update_matches_hand_computation():
     # b = 2 keeps directions 2 (max 5) and 0 (max 3); their 4 returns are 0, 5, 3, 1.
     sigma_R = np.std([0.0, 5.0, 3.0, 1.0])
     expected = M + 0.1 / (2 * sigma_R) * ((0.0 - 5.0) * deltas[2] + (3.0 - 1.0) * deltas[0])
-    M_new, sigma = ars.ars_update(M, deltas, r_plus, r_minus, alpha=0.1, b=2)
+    asked = []
+    M_new, sigma = ars.ars_update(M, lambda k: asked.append(k) or deltas[k], r_plus, r_minus, alpha=0.1, b=2)
     np.testing.assert_allclose(M_new, expected)
     assert sigma == pytest.approx(sigma_R)
+    assert sorted(asked) == [0, 2]  # only the top b directions are regenerated, not all N
+
+
+def test_update_equals_the_full_sum_over_the_top_b_with_many_directions():
+    rng = np.random.default_rng(3)
+    N, b = 50, 7
+    deltas = rng.standard_normal((N, 3, 4))
+    r_plus, r_minus = rng.normal(size=N), rng.normal(size=N)
+    M = rng.standard_normal((3, 4))
+    top = np.argsort(-np.maximum(r_plus, r_minus))[:b]
+    sigma_R = np.concatenate([r_plus[top], r_minus[top]]).std()
+    expected = M + 0.02 / (b * sigma_R) * sum((r_plus[k] - r_minus[k]) * deltas[k] for k in top)
+    M_new, _ = ars.ars_update(M, deltas.__getitem__, r_plus, r_minus, alpha=0.02, b=b)
+    np.testing.assert_allclose(M_new, expected, rtol=1e-12)
 
 
 def test_update_takes_no_step_when_all_returns_are_equal():
     M = np.ones((2, 3))
-    out, sigma_R = ars.ars_update(M, np.ones((4, 2, 3)), np.full(4, 7.0), np.full(4, 7.0), alpha=0.1, b=4)
+    out, sigma_R = ars.ars_update(M, lambda k: np.ones((2, 3)), np.full(4, 7.0), np.full(4, 7.0), alpha=0.1, b=4)
     np.testing.assert_array_equal(out, M)
     assert sigma_R == 0.0
 

@@ -499,6 +499,28 @@ def test_observation_statistics_come_from_training_pairs_only(tmp_path):
     assert some["ob_stat"].count == pytest.approx(1e-2 + some["env_steps"])  # every training step, no evaluation
 
 
+@pytest.mark.parametrize("obs_norm", [True, False])
+def test_the_docs_snippet_loads_the_policy_that_play_runs(tmp_path, obs_norm):
+    """The snippet of docs/es_openai.md ("To use a saved policy in your own code"), run as written."""
+    result = run(tmp_path, env="Pendulum-v1", iterations=2, population=4, calc_obstat_prob=1.0,
+                 **({} if obs_norm else {"no_obs_norm": True}))
+    text = open(os.path.join(ROOT, "docs", "es_openai.md")).read()
+    snippet = text.split("import numpy as np, gymnasium as gym, es_openai as eo")[1].split("```")[0]
+    snippet = snippet.replace("runs/.../checkpoints/latest.npz", os.path.join(result["run_dir"], "checkpoints",
+                                                                               "latest.npz"))
+    observation = np.array([0.3, -0.9, 7.5])  # |o| > 5: clipped only by a normalizing policy
+    scope = {"np": np, "gym": gym, "eo": eo, "observation": observation}
+    exec(snippet, scope)
+    args = config(**{**TINY, "env": "Pendulum-v1", **({} if obs_norm else {"no_obs_norm": True})})
+    sizes, act_space = eo.saved_run(result["run_dir"], args)
+    task = eo.task_of(eo.load_state(os.path.join(result["run_dir"], "checkpoints", "latest.npz"), args, sizes),
+                      args)
+    played = eo.Policy(task["theta"], sizes, args.activation, task["ob_mean"], task["ob_std"], act_space,
+                       args.ac_bins, task["ob_clip"])
+    np.testing.assert_array_equal(scope["action"], played(observation))
+    assert (result["ob_stat"].count > 1) == obs_norm  # statistics kept only when normalizing
+
+
 # Every value of every option, in every pair with every value of every other option (a pairwise
 # covering set: 16 runs instead of the 192 of the full product, chosen greedily below).
 FACTORS = {
@@ -612,6 +634,8 @@ def test_bad_checkpoints_and_run_directories(tmp_path):
     cfg = json.load(open(cfg_path))
     json.dump({**cfg, "hidden": "9"}, open(cfg_path, "w"))
     assert "this run needs [4, 9, 2]" in bad(tmp_path, "--play", good["run_dir"])
+    json.dump({**cfg, "obs_norm": False}, open(cfg_path, "w"))  # the checkpoint records its normalization
+    assert "with observation normalization; config.json says without" in bad(tmp_path, "--play", good["run_dir"])
     json.dump({**cfg, "env": "Acrobot-v1"}, open(cfg_path, "w"))
     assert "is for CartPole-v1, not Acrobot-v1" in bad(tmp_path, "--play", good["run_dir"])
 
