@@ -776,6 +776,22 @@ def test_help_lists_the_presets_and_the_paper_names():
         assert word in out.stdout
 
 
+def test_the_docs_presets_table_matches_the_code():
+    """docs/es_openai.md's Presets table: hidden, sigma, alpha, l2coeff, n, bins, generations and target."""
+    text = open(os.path.join(ROOT, "docs", "es_openai.md")).read().split("### Presets")[1].split("\n\n*Target*")[0]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| ") and not line.startswith("| env")}
+    assert set(rows) == set(eo.PRESETS) | {"(generic)"}
+    for env_id, cells in rows.items():
+        p = {**eo.GENERIC, **eo.PRESETS.get(env_id, {})}
+        hidden, _, sigma, alpha, l2, n, bins, _, generations, _, target = cells[:11]
+        assert (hidden, float(sigma), float(alpha), float(l2), int(n), int(generations)) == \
+               (p["hidden"], p["sigma"], p["alpha"], p["l2coeff"], p["population"], p["iterations"]), env_id
+        assert int(bins or 0) == p.get("ac_bins", 0), env_id
+        assert (float(target) if target != "none" else None) == (round(p["target_return"], 2) if "target_return" in p
+                                                                else None), env_id
+
+
 def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
     out = cli("--env", "Pendulum-v1", "--iterations", "4", "--population", "4", "--save-every", "2",
               "--eval-every", "2", "--eval-episodes", "1", "--noise-size", "1000000", "--workers", "2",
