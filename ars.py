@@ -11,6 +11,7 @@ import argparse
 import csv
 import datetime
 import difflib
+import functools
 import json
 import math
 import multiprocessing as mp
@@ -839,7 +840,7 @@ def ars_iteration(pool: WorkerPool, state: dict, args, nu: float = None) -> tupl
     mu, inv_sigma = normalizer(stats, args.version)  # frozen for the whole iteration (Eq. 2)
     out = pool.run(j, M, mu, inv_sigma, nu, [("train", k) for k in range(N)])  # Eq. (3)
     plus, minus = [Episode(*out[k][0]) for k in range(N)], [Episode(*out[k][1]) for k in range(N)]
-    direction = lambda k: sample_direction(args.seed, j, k, M.shape)  # noqa: E731  # delta_k, regenerated
+    direction = functools.partial(sample_direction, args.seed, j, shape=M.shape)  # k -> delta_k, regenerated
     r_plus, r_minus = np.array([e.shaped for e in plus]), np.array([e.shaped for e in minus])
     M_new, sigma_R = ars_update(M, direction, r_plus, r_minus, args.alpha, args.top_b)  # Eqs. (4)-(5)
     for k in range(N):  # Eq. (6), in direction order: any worker count gives the same bits
