@@ -358,9 +358,15 @@ class Episodes:
 
     def close(self, interrupted: bool = False):
         if self.pool is not None:
-            if interrupted:  # do not wait for the episodes under way
-                for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+            if interrupted:  # do not wait for the episodes under way, but for the workers to be gone
+                procs = list((getattr(self.pool, "_processes", None) or {}).values())
+                for proc in procs:
                     proc.terminate()
+                for proc in procs:  # reaped before the master exits: no orphan, even on a loaded machine
+                    proc.join(timeout=5)
+                    if proc.is_alive():
+                        proc.kill()
+                        proc.join(timeout=5)
             # After a stop, without waiting for the pool's manager thread, which can wait forever once
             # its workers are killed (python/cpython#94440); the command line then ends with os._exit.
             self.pool.shutdown(wait=not interrupted, cancel_futures=True)
