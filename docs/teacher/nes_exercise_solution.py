@@ -519,8 +519,14 @@ def main(argv=None):
     except BaseException as e:  # Ctrl-C or SIGTERM: stop the local workers now, mid-episode
         if not (STOPS or isinstance(e, KeyboardInterrupt)):
             raise  # an error in train itself: its traceback shows where
-        for proc in list((getattr(executor, "_processes", None) or {}).values()):
+        procs = list((getattr(executor, "_processes", None) or {}).values())
+        for proc in procs:
             proc.terminate()
+        for proc in procs:  # reaped before the script exits: no orphan, even on a loaded machine
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
         stopped = True
         raise KeyboardInterrupt from None
     finally:  # the pairs not started yet are dropped. After a stop, without waiting for the pool's
