@@ -1139,6 +1139,18 @@ def versions() -> dict:
                                            text=True, timeout=5).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         out["git_commit"] = None
+    # The processor: a run repeats bit for bit only on one kind, since NumPy and OpenBLAS choose
+    # their SIMD code (AVX2, AVX-512) by what it offers (docs/es_openai.md, "The same seed on
+    # another processor").
+    out["processor"], out["simd"] = platform.processor() or platform.machine(), None
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().splitlines()
+        model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+        flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+        out["processor"], out["simd"] = model or out["processor"], [f for f in ("avx2", "avx512f") if f in flags]
+    except OSError:  # no /proc: not Linux
+        pass
     return out
 
 

@@ -792,6 +792,17 @@ def test_the_docs_presets_table_matches_the_code():
                                                                 else None), env_id
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads /proc/cpuinfo")
+def test_versions_name_the_processor_and_its_simd_level():
+    """config.json records the processor's model and whether it has AVX2 and AVX-512, which decide
+    the last bits of NumPy's arithmetic (docs/es_openai.md, "The same seed on another processor")."""
+    text = open("/proc/cpuinfo").read()
+    v = eo.versions()
+    flags = set(next(line for line in text.splitlines() if line.startswith("flags")).split(":", 1)[1].split())
+    assert v["simd"] == [f for f in ("avx2", "avx512f") if f in flags]
+    model = [line for line in text.splitlines() if line.startswith("model name")]
+    assert v["processor"] == (model[0].split(":", 1)[1].strip() if model else v["processor"]) and v["processor"]
+
 def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
     out = cli("--env", "Pendulum-v1", "--iterations", "4", "--population", "4", "--save-every", "2",
               "--eval-every", "2", "--eval-episodes", "1", "--noise-size", "1000000", "--workers", "2",
@@ -800,6 +811,7 @@ def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__es_openai__0__*"))
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
     assert cfg["ac_bins"] == 5 and cfg["ac_noise_std"] == 0.01 and cfg["versions"]["numpy"] == np.__version__
+    assert cfg["versions"]["processor"] and "simd" in cfg["versions"]
     header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
     assert header.split(",") == eo.COLUMNS and len(rows) == 4
     assert out.stdout.count("\ngen ") == 4
