@@ -803,6 +803,7 @@ def test_versions_name_the_processor_and_its_simd_level():
     model = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")]
     assert v["processor"] and (not model or v["processor"] == model[0])
 
+
 def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
     out = cli("--env", "Pendulum-v1", "--iterations", "4", "--population", "4", "--save-every", "2",
               "--eval-every", "2", "--eval-episodes", "1", "--noise-size", "1000000", "--workers", "2",
