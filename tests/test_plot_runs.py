@@ -50,6 +50,31 @@ def test_the_lines_are_the_runs_evaluations(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["a", "b", "f.png"]
 
 
+def test_a_long_legend_goes_beside_the_axes(tmp_path, monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    seen = {}
+    real_savefig = plt.Figure.savefig
+
+    def keep(fig, *args, **kw):
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        seen["beside"] = bool(legend.x0 >= axes.x1)  # wholly right of the axes: it hides no line
+        seen["labels"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        return real_savefig(fig, *args, **kw)
+
+    monkeypatch.setattr(plt.Figure, "savefig", keep)
+    for n, beside in ((3, False), (11, True)):
+        runs = [fake_run(tmp_path / f"{n}_{i}", "ars.py", [float(i), float(i + 1)]) for i in range(n)]
+        labels = [f"run {i}" for i in range(n)]
+        monkeypatch.setattr(sys, "argv", [SCRIPT, "--out", str(tmp_path / f"{n}.png"), *runs, "--labels", *labels])
+        runpy.run_path(SCRIPT, run_name="__main__")
+        assert seen["beside"] is beside, n
+        assert seen["labels"] == [f"seed 3, run {i}" for i in range(n)]
+
+
 def test_the_kept_runs_of_both_scripts_plot(tmp_path):
     for run in ("Hopper-v5__es_openai__4__preset", "BipedalWalker-v3__ars__8"):
         out = plot("--out", str(tmp_path / f"{run}.png"), os.path.join(RESULTS, run), "--threshold", "300")

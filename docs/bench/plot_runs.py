@@ -79,7 +79,11 @@ def main():
             if a.dashed else "" if a.labels else " with its preset")
     ax.set_title(f"{cfg['env']}: {cfg.get('script', 'ars.py')}{what}")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
+    if len(runs) > 10:  # a long legend goes beside the axes, where it hides no line
+        fig.set_size_inches(8.5, 4)
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
+    else:
+        ax.legend(loc="lower right", fontsize="small")
     fig.tight_layout()
     partial = a.out + ".partial.png"  # a figure that cannot be written leaves nothing behind
     try:
