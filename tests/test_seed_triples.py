@@ -1,0 +1,50 @@
+"""docs/bench/seed_triples.py: the counts it reads from run directories, and its triples counted by hand."""
+import math
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+SCRIPT = os.path.join(ROOT, "docs", "bench", "seed_triples.py")
+sys.path.insert(0, os.path.join(ROOT, "docs", "bench"))
+import seed_triples  # noqa: E402
+
+
+def fake_run(folder, seed, evals, target=100.0):
+    """An ars.py run directory whose iteration i (1, 2, ...) has 10 i episodes and evaluation evals[i - 1]."""
+    import ars
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        f.write(f'{{"seed": {seed}, "env": "Hopper-v5", "target_return": {target}}}')
+    with open(os.path.join(folder, "progress.csv"), "w") as f:
+        f.write(",".join(ars.COLUMNS) + "\n")
+        for i, e in enumerate(evals, 1):
+            row = ["0"] * len(ars.COLUMNS)
+            row[0], row[1], row[ars.COLUMNS.index("eval_return_mean")] = str(i), str(10 * i), str(e)
+            f.write(",".join(row) + "\n")
+    return str(folder)
+
+
+def test_the_count_is_the_first_evaluation_at_the_target(tmp_path):
+    assert seed_triples.count_to_target(fake_run(tmp_path / "a", 4, ["nan", 99.9, 100.0, 50.0])) == (4, 30)
+    assert seed_triples.count_to_target(fake_run(tmp_path / "b", 5, [10.0, "nan", 99.0])) == (5, math.inf)
+
+
+def test_triples_counted_by_hand():
+    # Four seeds, 10, 20, 40 and never, against a paper's 20: the triples (10, 20, 40), (10, 20, inf),
+    # (10, 40, inf), (20, 40, inf) have medians 20, 20, 40, 40 and averages 23.3, inf, inf, inf.
+    assert seed_triples.triple_counts([10, 20, 40, math.inf], 20) == {"triples": 4, "median": 2, "average": 0,
+                                                                      "single": 2}
+    assert seed_triples.triple_counts([10, 20, 40, math.inf], 25)["average"] == 1
+
+
+def test_the_command_line_and_its_bad_input(tmp_path):
+    runs = [fake_run(tmp_path / str(s), s, e) for s, e in ((0, [100]), (1, [0, 100]), (2, [0, 0]))]
+    out = subprocess.run([sys.executable, SCRIPT, "--paper", "15", *runs], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0: 10, 1: 20, 2: not reached" in out.stdout
+    assert "triples whose median is at or under it: 0 of 1" in out.stdout
+    for argv in (runs[:2], [*runs[:2], str(tmp_path / "nothing")]):
+        bad = subprocess.run([sys.executable, SCRIPT, "--paper", "15", *argv], capture_output=True, text=True)
+        assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
