@@ -45,6 +45,17 @@ def test_the_command_line_and_its_bad_input(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "0: 10, 1: 20, 2: not reached" in out.stdout
     assert "triples whose median is at or under it: 0 of 1" in out.stdout
-    for argv in (runs[:2], [*runs[:2], str(tmp_path / "nothing")]):
-        bad = subprocess.run([sys.executable, SCRIPT, "--paper", "15", *argv], capture_output=True, text=True)
-        assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    steps = subprocess.run([sys.executable, SCRIPT, "--paper", "15", "--count", "env_steps", *runs],
+                           capture_output=True, text=True)  # the fake runs log 0 env steps in every row
+    assert steps.returncode == 0 and "0: 0, 1: 0, 2: not reached" in steps.stdout
+    bad_config = tmp_path / "bad"
+    os.makedirs(bad_config)
+    (bad_config / "config.json").write_text("{not json")
+    (bad_config / "progress.csv").write_text("iteration\n")
+    for argv in (["--paper", "15", *runs[:2]], ["--paper", "15", *runs[:2], str(tmp_path / "nothing")],
+                 ["--paper", "-1", *runs], ["--paper", "15", *runs[:2], str(bad_config)]):
+        bad = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True)
+        assert bad.returncode == 2, (argv, bad.stderr)
+        assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+        assert bad.stdout == ""
+    assert sorted(os.listdir(tmp_path)) == ["0", "1", "2", "bad"]  # nothing written

@@ -6,20 +6,23 @@
 A paper reports the episodes (or env steps) to a threshold over three seeds; runs of ars.py or
 es_openai.py give one count per seed (the --count column of progress.csv at the first evaluation
 whose mean reaches the run's --target-return; a run that never reaches it counts as larger than
-any other). Over all
-C(n, 3) triples of the n runs given, the script prints how many have a median, and how many an
-average, at or under the paper's figure (a triple with a run that failed has no finite average),
-and how many single runs are at or under it. It reads only progress.csv and config.json.
+any other). Over all C(n, 3) triples of the n runs given, the script prints how many have a
+median, and how many an average, at or under the paper's figure (a triple with a run that failed
+has no finite average), and how many single runs are at or under it. It reads progress.csv and
+config.json and writes nothing; bad input gets one line on stderr and exit status 2.
 """
 import argparse
+import csv
 import itertools
 import json
 import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import ars  # noqa: E402
+
+def fail(message: str):
+    print(f"seed_triples.py: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def count_to_target(run_dir: str, column: str = "episodes") -> tuple:
@@ -27,23 +30,22 @@ def count_to_target(run_dir: str, column: str = "episodes") -> tuple:
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             cfg = json.load(f)
+        with open(os.path.join(run_dir, "progress.csv"), newline="") as f:
+            header, *rows = list(csv.reader(f)) or [[]]
     except (OSError, ValueError) as e:
-        sys.exit(f"seed_triples.py: {run_dir}/config.json: {e}")
-    if not isinstance(cfg, dict) or cfg.get("target_return") is None:
-        sys.exit(f"seed_triples.py: {run_dir} has no --target-return in its config.json")
-    with open(os.path.join(run_dir, "progress.csv")) as f:
-        header = f.readline().strip().split(",")
-    if column not in header or "eval_return_mean" not in header:
-        sys.exit(f"seed_triples.py: {run_dir}/progress.csv has no {column} or eval_return_mean column")
+        fail(f"{run_dir}: {e}")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("target_return"), (int, float)):
+        fail(f"{run_dir}: its config.json has no --target-return")
+    if column not in header or "eval_return_mean" not in header or any(len(r) != len(header) for r in rows):
+        fail(f"{run_dir}: its progress.csv has no {column} or eval_return_mean column, or a damaged row")
     at, ev = header.index(column), header.index("eval_return_mean")
     try:
-        rows = ars.read_csv_rows(os.path.join(run_dir, "progress.csv"))
-    except (OSError, ValueError) as e:
-        sys.exit(f"seed_triples.py: {e}")
-    for row in rows:
-        if row[ev] not in ("", "nan") and float(row[ev]) >= cfg["target_return"]:
-            return cfg["seed"], int(float(row[at]))
-    return cfg["seed"], math.inf
+        for row in rows:
+            if row[ev] not in ("", "nan") and float(row[ev]) >= cfg["target_return"]:
+                return cfg.get("seed"), int(float(row[at]))
+    except ValueError as e:
+        fail(f"{run_dir}: progress.csv: {e}")
+    return cfg.get("seed"), math.inf
 
 
 def fmt(v: float) -> str:
@@ -62,18 +64,22 @@ def triple_counts(values: list, paper: float) -> dict:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--paper", type=float, required=True, help="the paper's episodes to the threshold")
+    p.add_argument("--paper", type=float, required=True,
+                   help="the paper's figure: episodes (or, with --count env_steps, env steps) to the threshold")
     p.add_argument("--count", default="episodes", choices=["episodes", "env_steps"],
                    help="what the paper counts (default: episodes)")
     p.add_argument("runs", nargs="+", help="run directories of runs made with --target-return")
     a = p.parse_args()
+    if not a.paper > 0 or math.isinf(a.paper):
+        fail(f"--paper must be a positive number, not {a.paper}")
     missing = [r for r in a.runs if not os.path.isfile(os.path.join(r, "progress.csv"))
                or not os.path.isfile(os.path.join(r, "config.json"))]
     if missing:
-        sys.exit(f"seed_triples.py: {missing[0]} is not a run directory (no progress.csv and config.json)")
+        fail(f"{missing[0]} is not a run directory (no progress.csv and config.json)")
     if len(a.runs) < 3:
-        sys.exit("seed_triples.py: give at least 3 runs")
-    counts = sorted(count_to_target(r, a.count) for r in a.runs)
+        fail("give at least 3 runs")
+    counts = sorted((count_to_target(r, a.count) for r in a.runs),
+                    key=lambda sc: sc[0] if isinstance(sc[0], int) else -1)  # by seed
     values = sorted(c for _, c in counts)
     n, k = len(values), triple_counts(values, a.paper)
     median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
