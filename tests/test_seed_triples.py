@@ -52,10 +52,14 @@ def test_the_command_line_and_its_bad_input(tmp_path):
     os.makedirs(bad_config)
     (bad_config / "config.json").write_text("{not json")
     (bad_config / "progress.csv").write_text("iteration\n")
+    inf_count = fake_run(tmp_path / "inf", 3, [100])  # an episodes column that is not a finite number
+    rows = (tmp_path / "inf" / "progress.csv").read_text().splitlines()
+    (tmp_path / "inf" / "progress.csv").write_text(rows[0] + "\n" + rows[1].replace("1,10,", "1,inf,", 1) + "\n")
     for argv in (["--paper", "15", *runs[:2]], ["--paper", "15", *runs[:2], str(tmp_path / "nothing")],
-                 ["--paper", "-1", *runs], ["--paper", "15", *runs[:2], str(bad_config)]):
+                 ["--paper", "-1", *runs], ["--paper", "15", *runs[:2], str(bad_config)],
+                 ["--paper", "15", *runs[:2], inf_count], [*runs], ["--paper", "x", *runs]):
         bad = subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True)
         assert bad.returncode == 2, (argv, bad.stderr)
         assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
         assert bad.stdout == ""
-    assert sorted(os.listdir(tmp_path)) == ["0", "1", "2", "bad"]  # nothing written
+    assert sorted(os.listdir(tmp_path)) == ["0", "1", "2", "bad", "inf"]  # nothing written

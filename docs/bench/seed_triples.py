@@ -25,6 +25,11 @@ def fail(message: str):
     sys.exit(2)
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not the usage block
+        fail(message)
+
+
 def count_to_target(run_dir: str, column: str = "episodes") -> tuple:
     """(seed, the column's value at the first evaluation at or over the target, or inf)."""
     try:
@@ -43,7 +48,7 @@ def count_to_target(run_dir: str, column: str = "episodes") -> tuple:
         for row in rows:
             if row[ev] not in ("", "nan") and float(row[ev]) >= cfg["target_return"]:
                 return cfg.get("seed"), int(float(row[at]))
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:  # a count that is not a finite number
         fail(f"{run_dir}: progress.csv: {e}")
     return cfg.get("seed"), math.inf
 
@@ -63,7 +68,7 @@ def triple_counts(values: list, paper: float) -> dict:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--paper", type=float, required=True,
                    help="the paper's figure: episodes (or, with --count env_steps, env steps) to the threshold")
     p.add_argument("--count", default="episodes", choices=["episodes", "env_steps"],
