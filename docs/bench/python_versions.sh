@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs requirements.txt into a fresh virtualenv of each Python given and runs the test suite there
+# (README, "Set-up"). `--only-binary=:all:` makes pip refuse any package it would have to build, so a
+# clean install proves that no compiler is needed on that Python.
+#   bash docs/bench/python_versions.sh PYTHON [PYTHON ...]
+#   bash docs/bench/python_versions.sh ~/.pyenv/versions/3.10.13/bin/python ~/.pyenv/versions/3.12.1/bin/python
+# RAY=1 also installs Ray, as .ci/run does, so that tests/test_ray.py runs instead of skipping.
+set -u
+cd "$(dirname "$0")/../.."
+[ $# -ge 1 ] || { echo "usage: bash docs/bench/python_versions.sh PYTHON [PYTHON ...]" >&2; exit 2; }
+for py in "$@"; do
+  command -v "$py" > /dev/null || { echo "$py: no such interpreter" >&2; exit 2; }
+done
+status=0
+for py in "$@"; do
+  dir=$(mktemp -d)
+  echo "== $("$py" --version 2>&1) ($py)"
+  if ! "$py" -m venv "$dir/venv"; then echo "   venv failed"; status=1; rm -rf "$dir"; continue; fi
+  "$dir/venv/bin/python" -m pip install --quiet --upgrade pip > /dev/null 2>&1
+  if ! "$dir/venv/bin/python" -m pip install --quiet --only-binary=:all: -r requirements.txt > "$dir/pip.log" 2>&1; then
+    echo "   install failed (last lines of pip's output):"; tail -n 5 "$dir/pip.log" | sed 's/^/   /'
+    status=1; rm -rf "$dir"; continue
+  fi
+  if [ "${RAY:-0}" = 1 ]; then "$dir/venv/bin/python" -m pip install --quiet --only-binary=:all: "ray>=2.40" > /dev/null 2>&1 || echo "   Ray did not install"; fi
+  "$dir/venv/bin/python" -c "import numpy, gymnasium, mujoco, matplotlib, Box2D
+print('   numpy', numpy.__version__, '| gymnasium', gymnasium.__version__, '| mujoco', mujoco.__version__,
+      '| matplotlib', matplotlib.__version__, '| Box2D', Box2D.__version__)"
+  "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider 2>&1 | tail -n 1 | sed 's/^/   /'
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  rm -rf "$dir"
+done
+exit $status
