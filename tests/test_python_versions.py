@@ -23,3 +23,15 @@ def test_a_missing_interpreter_is_refused_before_any_other_is_used(tmp_path):
     r = run("python3", str(tmp_path / "no-such-python"), cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip().splitlines() == [f"{tmp_path / 'no-such-python'}: no such interpreter"]
+
+
+def test_a_relative_interpreter_path_means_the_callers_directory(tmp_path):
+    """The script works from the repository's root; a path like ./python must still name the file the
+    caller meant. A stand-in interpreter that gives its version and refuses to make a virtualenv
+    shows which file was run, and ends the run before any install."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "Python 0.0 (stand-in)"; exit 0; }\nexit 1\n')
+    fake.chmod(0o755)
+    r = run("./python", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == [f"== Python 0.0 (stand-in) ({tmp_path}/./python)", "   venv failed"]

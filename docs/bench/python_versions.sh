@@ -6,13 +6,16 @@
 #   bash docs/bench/python_versions.sh ~/.pyenv/versions/3.10.13/bin/python ~/.pyenv/versions/3.12.1/bin/python
 # RAY=1 also installs Ray, as .ci/run does, so that tests/test_ray.py runs instead of skipping.
 set -u
-cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: bash docs/bench/python_versions.sh PYTHON [PYTHON ...]" >&2; exit 2; }
-for py in "$@"; do
-  command -v "$py" > /dev/null || { echo "$py: no such interpreter" >&2; exit 2; }
+pythons=()
+for py in "$@"; do  # resolved before the cd below, so that a relative path means what the user meant
+  found=$(command -v "$py") || { echo "$py: no such interpreter" >&2; exit 2; }
+  case $found in /*) ;; *) found="$PWD/$found" ;; esac
+  pythons+=("$found")
 done
+cd "$(dirname "$0")/../.."
 status=0
-for py in "$@"; do
+for py in "${pythons[@]}"; do
   dir=$(mktemp -d)
   echo "== $("$py" --version 2>&1) ($py)"
   if ! "$py" -m venv "$dir/venv"; then echo "   venv failed"; status=1; rm -rf "$dir"; continue; fi
