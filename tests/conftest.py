@@ -15,6 +15,14 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore:.*Overriding environment Quadratic-v0:UserWarning")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The Ray tests run last. Ray leaves threads behind in this process once started, even after
+    ray.shutdown(), and on Python 3.13 a process forked after that crashes in Ray's code (a
+    SIGSEGV in GcsClient's destructor) as soon as it collects garbage: every test that forks local
+    workers must run before Ray is started (tests/test_ray.py starts it once, for all its tests)."""
+    items.sort(key=lambda item: item.path.name == "test_ray.py")  # stable: the order is kept otherwise
+
+
 def only_builtin_types(x) -> bool:
     """Whether x holds only built-in containers and scalars, None, and numpy arrays and scalars:
     what a worker may send back (through Ray, an object of a class defined in a script run as
