@@ -343,7 +343,7 @@ def rollout(env, M: np.ndarray, mu: np.ndarray, inv_sigma: np.ndarray, env_seed:
     while True:
         # a = W x + offset, then clipped. Deviation: actions are clipped to the bounds; the official code
         # sends the raw action (MuJoCo clips it too, but charges its control cost on the unclipped
-        # value), as --actions raw does with bounds of -inf, inf (docs/ars.md, "Clipped or raw actions").
+        # value), as --actions raw does with bounds of -inf, inf (docs/record/ars.md, "Clipped or raw actions").
         # This is the hot path: one new array per step, the rest written into it, the same values as
         # np.clip(W @ x + offset, low, high) in fewer calls (docs/ars.md, Throughput).
         a = dot(W, x)
@@ -929,7 +929,7 @@ class Run:
     def nu(self) -> float:
         """ν of Eq. (3) for the next iteration: --nu, then --nu-late from the first evaluation whose
         mean reached --nu-late-from. Deviation: the paper keeps ν fixed; this switch is this
-        repository's option (docs/ars.md, "A larger ν until it walks"). The evaluations that count
+        repository's option (docs/record/ars.md, "A larger ν until it walks"). The evaluations that count
         (see switches) are logged, so a resumed run, which reads them back from progress.csv,
         switches where the uninterrupted one does."""
         return self.args.nu_late if self.late else self.args.nu
