@@ -1,5 +1,5 @@
-"""The contracts the three training scripts share (../CONVENTIONS.md: run directory, errors,
-workers), tested on each: ars.py, es_basic.py and es_openai.py."""
+"""The contracts the three training scripts share (run directory, errors, workers), tested on
+each: ars.py, es_basic.py and es_openai.py."""
 import glob
 import hashlib
 import json
@@ -50,7 +50,7 @@ def call(capsys, script, *argv) -> Out:
 
 
 def one_error_line(out, status=2):
-    """The script refused its input as CONVENTIONS.md says: one line on stderr, this exit status."""
+    """The script refused its input as every script does: one line on stderr, this exit status."""
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == status and len(lines) == 1 and "error:" in lines[0], out.stderr
     return lines[0]
