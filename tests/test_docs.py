@@ -1,0 +1,116 @@
+"""The docs' cross-references: every relative link and image in README.md and docs/ resolves, with its
+#anchor, and every section that the code, tests, scripts and docs cite by name, as (docs/X.md, "Name"),
+or as "Name" in docs/X.md, exists in that page as a heading or a bold paragraph lead."""
+import os
+import re
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LATEX = {r"$\nu$": "ν", r"$\sigma$": "σ", r"$\alpha$": "α"}
+
+
+def tracked(*suffixes) -> list:
+    """The repository's files with these endings (git's list when there is one; the kept runs' data aside)."""
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        files = out.split()
+    except (OSError, subprocess.CalledProcessError):
+        files = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(ROOT) for f in fs]
+    return [f for f in files if f.endswith(suffixes) and not f.startswith(("runs/", "docs/bench/results/"))
+            or f == "docs/bench/results/README.md"]
+
+
+def outside_code_blocks(text: str) -> list:
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def plain(name: str) -> str:
+    for tex, letter in LATEX.items():
+        name = name.replace(tex, letter)
+    return re.sub(r"[`*]", "", name).strip().rstrip(".:").strip().lower()
+
+
+def sections(path: str) -> set:
+    """The names a page can be cited by: its headings and the bold leads of its paragraphs and list items."""
+    names = set()
+    for line in outside_code_blocks(open(path, encoding="utf-8").read()):
+        heading = re.match(r"#+ (.*)", line)
+        if heading:
+            names.add(plain(heading.group(1)))
+        lead = re.match(r"\s*(?:[-*] |\d+\. )?\*\*(.+?)\*\*", line)
+        if lead:
+            names.add(plain(lead.group(1)))
+    return names
+
+
+def anchors(path: str) -> set:
+    return {slug(m.group(1)) for line in outside_code_blocks(open(path, encoding="utf-8").read())
+            for m in [re.match(r"#+ (.*)", line)] if m}
+
+
+def links(path: str) -> list:
+    text = "\n".join(outside_code_blocks(open(path, encoding="utf-8").read()))
+    return [m.group(1) for m in re.finditer(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", m.group(1))]
+
+
+def citations(path: str) -> list:
+    """(page, name) for every `docs/X.md, "Name"` and `"Name" in docs/X.md` in a file, with comment markers
+    and line breaks joined."""
+    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)
+    return (re.findall(r"(docs/[\w/]+\.md), \"([^\"]+)\"", text)
+            + [(page, name) for name, page in re.findall(r"\"([^\"]+)\" in `?(docs/[\w/]+\.md)", text)])
+
+
+def cites(page: str, name: str) -> bool:
+    """Whether page has a section of that name, or whose name begins with it ("The Table 3 anchors" for
+    "The Table 3 anchors: steps to TRPO's score")."""
+    path = os.path.join(ROOT, page)
+    return os.path.exists(path) and any(section.startswith(plain(name)) for section in sections(path))
+
+
+def test_links_and_anchors_resolve():
+    broken = []
+    for page in tracked(".md"):
+        path = os.path.join(ROOT, page)
+        for target in links(path):
+            file, _, anchor = target.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(resolved):
+                broken.append(f"{page}: {target} (no such file)")
+            elif anchor and resolved.endswith(".md") and anchor not in anchors(resolved):
+                broken.append(f"{page}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_sections_cited_by_name_exist():
+    cited = [(f, page, name) for f in tracked(".py", ".sh", ".md") for page, name in citations(f)]
+    assert len(cited) >= 10  # the scripts cite their pages this way; finding none would mean the pattern broke
+    missing = [f"{f}: ({page}, \"{name}\")" for f, page, name in cited if not cites(page, name)]
+    assert not missing, "\n".join(missing)
+
+
+@pytest.mark.parametrize("text, ok", [("**Why the screen is at 300.** Whether", True),
+                                      ("Why the screen is at 300. Whether", False)])
+def test_a_citation_needs_a_heading_or_a_bold_lead(tmp_path, text, ok):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n" + text + "\n", encoding="utf-8")
+    assert ("why the screen is at 300" in sections(str(page))) is ok
+
+
+def test_anchors_follow_github():
+    assert slug("Episodes to the paper's thresholds (MuJoCo v5)") == "episodes-to-the-papers-thresholds-mujoco-v5"
+    assert slug("BipedalWalker-v3, the default command") == "bipedalwalker-v3-the-default-command"
