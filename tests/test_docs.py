@@ -97,7 +97,8 @@ def test_links_and_anchors_resolve():
 
 
 def test_sections_cited_by_name_exist():
-    cited = [(f, page, name) for f in tracked(".py", ".sh", ".md") for page, name in citations(f)]
+    cited = [(f, page, name) for f in tracked(".py", ".sh", ".md") if f != "tests/test_docs.py"  # its own examples
+             for page, name in citations(f)]
     assert len(cited) >= 10  # the scripts cite their pages this way; finding none would mean the pattern broke
     missing = [f"{f}: ({page}, \"{name}\")" for f, page, name in cited if not cites(page, name)]
     assert not missing, "\n".join(missing)
