@@ -728,6 +728,14 @@ def write_csv_rows(path: str, rows: list, header: list):
     replace_or_clean(path + ".tmp", path)
 
 
+def probe_writable(folder: str):
+    """Raises OSError unless a file can be created in folder (read-only, full, or not a folder)."""
+    probe = os.path.join(folder, ".write-test")
+    with open(probe, "w"):
+        pass
+    os.remove(probe)
+
+
 def write_json(path: str, data: dict):
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=2)
@@ -837,6 +845,8 @@ def load_state(run_dir: str, args, obs_dim: int, act_dim: int) -> dict:
         raise UserError(f"the checkpoint's policy has shape {ck['M'].shape}, {args.env} needs {(act_dim, obs_dim)}")
     if ck["obs_m2"].shape != (obs_dim,) or any(ck[k].size != 1 for k in need - {"M", "obs_mean", "obs_m2"}):
         raise UserError(f"the checkpoint in '{run_dir}' is corrupt (its statistics or counters have the wrong shape)")
+    if not all(np.isfinite(ck[k]).all() for k in ("M", "obs_mean", "obs_m2", "wall_time")):
+        raise UserError(f"the checkpoint in '{run_dir}' holds NaN or inf, which no run saves: it is damaged")
     return {"M": ck["M"], "iteration": int(ck["iteration"]), "episodes": int(ck["episodes"]),
             "env_steps": int(ck["env_steps"]), "wall_time": float(ck["wall_time"]),
             "stats": (int(ck["obs_count"]), ck["obs_mean"], ck["obs_m2"])}
@@ -898,6 +908,8 @@ class Run:
         self.plotted, self.next_plot = 0, time.monotonic() + PLOT_EVERY  # rows in progress.png, and when next
         self.dir, self.start_state, self.rows = start_run(args, obs_dim, act_dim)
         try:
+            if args.resume is not None:  # before anything is written: its checkpoints go to a folder it did not make
+                probe_writable(os.path.join(self.dir, "checkpoints"))
             write_json(os.path.join(self.dir, "config.json"),
                        {**vars(args), "script": "ars.py", "run_dir": self.dir, "versions": versions()})
         except OSError as e:  # a resumed run's folder that cannot be written
@@ -1191,6 +1203,9 @@ def main(argv=None):
     except RuntimeError as e:
         print(f"ars.py: error: {e}", file=sys.stderr)
         sys.exit(1)
+    except OSError as e:  # the run directory stopped taking files (disk full, made read-only): checkpoints are atomic
+        print(f"ars.py: error: cannot write '{e.filename}': {e.strerror}; the last checkpoint is kept", file=sys.stderr)
+        sys.exit(1)
     finally:
         stop_ray()
     if result["status"] == "diverged":
@@ -1208,5 +1223,8 @@ def stop_on_sigterm(signum, frame):
 
 
 if __name__ == "__main__":
+    # Ctrl-C raises KeyboardInterrupt, even in a job started in the background (there SIGINT begins
+    # ignored, and the run could not be stopped with kill -INT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     main()

@@ -497,6 +497,14 @@ def write_csv_rows(path: str, rows: list, header: list):
     replace_or_clean(path + ".tmp", path)
 
 
+def probe_writable(folder: str):
+    """Raises OSError unless a file can be created in folder (read-only, full, or not a folder)."""
+    probe = os.path.join(folder, ".write-test")
+    with open(probe, "w"):
+        pass
+    os.remove(probe)
+
+
 def write_json(path: str, data: dict):
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=2)
@@ -603,6 +611,8 @@ def load_state(run_dir: str, args, d: int) -> dict:
         raise UserError(f"the checkpoint in '{run_dir}' is for {ck['env']}, not {args.env}")
     if ck["theta"].shape != (d,):
         raise UserError(f"the checkpoint's theta has {ck['theta'].size} parameters, the policy needs {d}")
+    if not (np.isfinite(ck["theta"]).all() and np.isfinite(ck["wall_time"]).all()):
+        raise UserError(f"the checkpoint in '{run_dir}' holds NaN or inf, which no run saves: it is damaged")
     return {"theta": ck["theta"], "iteration": int(ck["iteration"]), "episodes": int(ck["episodes"]),
             "env_steps": int(ck["env_steps"]), "wall_time": float(ck["wall_time"])}
 
@@ -647,6 +657,8 @@ class Run:
         self.sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
         self.dir, self.start_state, self.rows = start_run(args, n_params(self.sizes))
         try:
+            if args.resume is not None:  # before anything is written: its checkpoints go to a folder it did not make
+                probe_writable(os.path.join(self.dir, "checkpoints"))
             write_json(os.path.join(self.dir, "config.json"),
                        {**vars(args), "script": "es_basic.py", "run_dir": self.dir, "versions": versions()})
         except OSError as e:  # a resumed run's folder that cannot be written
@@ -899,6 +911,9 @@ def main(argv=None):
         sys.exit(2)
     except RuntimeError as e:
         print(f"es_basic.py: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as e:  # the run directory stopped taking files (disk full, made read-only): checkpoints are atomic
+        print(f"es_basic.py: error: cannot write '{e.filename}': {e.strerror}; the last checkpoint is kept", file=sys.stderr)
         sys.exit(1)
     if result["status"] == "diverged":
         sys.exit(1)

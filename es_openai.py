@@ -1242,6 +1242,14 @@ def write_csv_rows(path: str, rows: list, header: list):
     replace_or_clean(path + ".tmp", path)
 
 
+def probe_writable(folder: str):
+    """Raises OSError unless a file can be created in folder (read-only, full, or not a folder)."""
+    probe = os.path.join(folder, ".write-test")
+    with open(probe, "w"):
+        pass
+    os.remove(probe)
+
+
 def write_json(path: str, data: dict):
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=2)
@@ -1341,6 +1349,8 @@ def load_state(path: str, args, sizes: list) -> dict:
     if "obs_norm" in ck and bool(ck["obs_norm"]) != args.obs_norm:  # older checkpoints lack the flag
         raise UserError(f"the checkpoint '{path}' is of a run {'with' if ck['obs_norm'] else 'without'} observation "
                         f"normalization; config.json says {'with' if args.obs_norm else 'without'}")
+    if not all(np.isfinite(ck[k]).all() for k in ("theta", "ob_sum", "ob_sumsq", "ob_count", "opt_m", "opt_v", "wall_time")):
+        raise UserError(f"the checkpoint '{path}' holds NaN or inf, which no run saves: it is damaged")
     state = new_state(args, sizes, len(ck["ob_sum"]))
     state["optimizer"].load(ck)
     ob = state["ob_stat"]
@@ -1469,6 +1479,8 @@ class Run:
         try:
             self.dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
             try:
+                if args.resume is not None:  # before anything is written: its checkpoints go to a folder it did not make
+                    probe_writable(os.path.join(self.dir, "checkpoints"))
                 write_json(os.path.join(self.dir, "config.json"),
                            {**vars(args), "script": "es_openai.py", "run_dir": self.dir, "versions": versions()})
             except OSError as e:  # a resumed run's folder that cannot be written
@@ -1795,6 +1807,9 @@ def main(argv=None):
     except RuntimeError as e:
         print(f"es_openai.py: error: {e}", file=sys.stderr)
         sys.exit(1)
+    except OSError as e:  # the run directory stopped taking files (disk full, made read-only): checkpoints are atomic
+        print(f"es_openai.py: error: cannot write '{e.filename}': {e.strerror}; the last checkpoint is kept", file=sys.stderr)
+        sys.exit(1)
     finally:
         stop_ray()
     if result["status"] == "diverged":
@@ -1812,5 +1827,8 @@ def stop_on_sigterm(signum, frame):
 
 
 if __name__ == "__main__":
+    # Ctrl-C raises KeyboardInterrupt, even in a job started in the background (there SIGINT begins
+    # ignored, and the run could not be stopped with kill -INT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     main()

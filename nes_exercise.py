@@ -483,7 +483,8 @@ def main(argv=None):
                         (0 < args.alpha < np.inf, "--alpha must be positive and finite"),
                         (1 <= args.workers <= 4 * CORES, f"--workers must be between 1 and {4 * CORES} "
                          "(4 per core on this machine; more only adds processes)"),
-                        (args.seed >= 0, "--seed must be 0 or more")):
+                        (args.seed >= 0, "--seed must be 0 or more"),
+                        (args.ray or not args.ray_address, "--ray-address needs --ray")):
         if not ok:
             p.error(message)
     message = env_error(args.env)

@@ -197,6 +197,16 @@ def test_a_malformed_ray_address_gets_one_line():
                                                       f"ray://HOST:PORT, auto or local, got '{address}'\n")
 
 
+@pytest.mark.parametrize("program", ["student", "solution"])
+def test_a_ray_address_without_ray_is_refused(program):
+    """Without --ray the pairs run on local processes: an address would be ignored, so it is refused,
+    as ars.py and es_openai.py refuse it (in the student's file too, before its parts are checked)."""
+    path = SOLUTION if program == "solution" else os.path.join(ROOT, "nes_exercise.py")
+    out = subprocess.run([sys.executable, path, "--ray-address", "127.0.0.1:6379", "--iterations", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr == "nes_exercise.py: error: --ray-address needs --ray (see --help)\n"
+
+
 def test_a_mean_policy_that_becomes_nan_stops_with_a_message():
     out = subprocess.run([sys.executable, SOLUTION, "--sigma", "1e-320", "--iterations", "2", "--pairs", "2",
                           "--workers", "1"], capture_output=True, text=True, timeout=120)

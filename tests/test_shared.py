@@ -11,6 +11,7 @@ import sys
 import time
 from typing import NamedTuple
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -247,6 +248,48 @@ def test_a_failed_rename_leaves_no_temporary_file(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+def test_a_checkpoint_holding_nan_is_refused(runs, script, tmp_path, capsys):
+    """Right keys and shapes, but NaN where the policy should be: no run saves that (a diverged update
+    never enters a checkpoint), so it is damage, refused before any episode is played."""
+    run_dir = copy_of(runs, script, tmp_path)
+    latest = os.path.join(run_dir, "checkpoints", "latest.npz")
+    with np.load(latest, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    key = "M" if script == "ars.py" else "theta"
+    arrays[key] = np.full_like(arrays[key], np.nan)
+    np.savez(latest, **arrays)
+    before = digest(run_dir)
+    for argv in (["--resume", run_dir, "--iterations", "2"], ["--play", run_dir, "--episodes", "1"]):
+        assert "NaN or inf" in one_error_line(call(capsys, script, *argv))
+    assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_resumed_run_whose_checkpoints_folder_takes_no_file_is_refused_before_writing(runs, script, tmp_path, capsys):
+    """A resumed run writes its checkpoints into a folder it did not make (read-only, or full): it
+    tries before it writes anything. A folder in the way of the trial file stands for that here,
+    since permissions do not stop root."""
+    run_dir = copy_of(runs, script, tmp_path)
+    os.mkdir(os.path.join(run_dir, "checkpoints", ".write-test"))
+    before = digest(run_dir)
+    assert "cannot write to the run directory" in one_error_line(call(capsys, script, "--resume", run_dir,
+                                                                      "--iterations", "2"))
+    assert digest(run_dir) == before
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_checkpoint_that_cannot_be_written_during_a_run_is_one_line(runs, script, tmp_path, capsys):
+    """The disk fills or the folder turns read-only mid-run: one line, exit status 1, and the last
+    checkpoint, written atomically, is still whole to resume from."""
+    run_dir = copy_of(runs, script, tmp_path)
+    os.mkdir(os.path.join(run_dir, "checkpoints", "latest.npz.tmp.npz"))  # the next latest.npz cannot be written
+    line = one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2"), status=1)
+    assert "cannot write" in line and "the last checkpoint is kept" in line
+    with np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False) as f:
+        assert int(f["iteration"]) == 1
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_a_plot_that_fails_costs_the_picture_not_the_run(script, tmp_path, capsys, monkeypatch):
     """Ctrl-C while matplotlib is first imported can leave it half-imported: every later plot
     fails. The run must still stop with its checkpoint, and say the picture is missing."""
@@ -361,6 +404,30 @@ def test_workers_end_when_their_master_is_killed(script, tmp_path):
         while time.time() < deadline and any(running(w) for w in workers):
             time.sleep(0.2)
         assert not any(running(w) for w in workers)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session, if the test failed
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_kill_int_stops_a_run_started_in_the_background(script, tmp_path):
+    """A job started in the background (`cmd &` in a script) begins with SIGINT ignored: the script
+    installs its own handler, so kill -INT still stops it, with a checkpoint to resume from."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *TINY[script], "--iterations", "100000",
+                             "--workers", "2", "--out-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        for line in proc.stdout:  # wait for the first iteration: the run is under way
+            if line.startswith(("it ", "gen ")):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (proc.returncode, err)
+        (run_dir,) = glob.glob(str(tmp_path / "*__*"))
+        assert os.path.isfile(os.path.join(run_dir, "checkpoints", "latest.npz"))
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session, if the test failed
