@@ -43,11 +43,19 @@ def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"ars_throughput.py: error: {message}\n")  # one line, no usage block
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--n-directions", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
+    if a.iterations < 2 or not 1 <= a.n_directions <= 10**4 or a.repeats < 1:
+        p.error("--iterations must be at least 2 (the first is left out), --n-directions 1 to 10000, "
+                "--repeats at least 1")
+    try:
+        ars.check_env(a.env)
+    except ars.UserError as e:
+        p.error(str(e))
     ars.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
     measure(ars, "ars.py", a.env, lambda workers: ars_training(a.env, workers, a.iterations, a.n_directions),
             a.repeats, random_episodes=4 * a.n_directions)

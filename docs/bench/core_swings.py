@@ -32,6 +32,7 @@ def loop(env_id: str, seconds: float, seed: int, queue):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"core_swings.py: error: {message}\n")  # one line, no usage block
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--seconds", type=int, default=40)
     a = p.parse_args()

@@ -35,10 +35,17 @@ def curve(env_id: str, flags: list, seed: int, iterations: int, out: str) -> np.
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"es_basic_compare.py: error: {message}\n")  # one line, no usage block
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--iterations", type=int, default=60)
     p.add_argument("--seeds", type=int, default=3)
     a = p.parse_args()
+    if a.iterations < 5 or a.seeds < 1:
+        p.error("--iterations must be at least 5 (one evaluation every 5) and --seeds at least 1")
+    try:
+        es.check_env(a.env)
+    except es.UserError as e:
+        p.error(str(e))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

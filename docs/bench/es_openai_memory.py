@@ -35,6 +35,14 @@ def pss_kib(pid: int) -> int:
 
 
 def main():
+    own = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    if own in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return
+    if own:
+        print(f"es_openai_memory.py: error: unknown arguments {' '.join(own)}; es_openai.py's go after --",
+              file=sys.stderr)
+        sys.exit(2)
     argv = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else ["--env", "HalfCheetah-v5", "--iterations", "3"]
     with tempfile.TemporaryDirectory() as out:
         proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_openai.py"), *argv, "--out-dir", out],
@@ -46,6 +54,8 @@ def main():
             if total > peak:
                 peak, peak_procs = total, len(pids)
             time.sleep(0.2)
+    if proc.returncode != 0:  # es_openai.py said why on stderr
+        sys.exit(proc.returncode)
     print(f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak / 1e6:.2f} GB) over {peak_procs} processes; "
           f"exit status {proc.returncode}")
 

@@ -24,15 +24,22 @@ import numpy as np  # noqa: E402
 from replay import measure  # noqa: E402
 
 
+def es_args(env_id: str, workers: int, iterations: int, population: int, extra: list, out: str):
+    """es_openai.py's settings for a timed training (no evaluation), checked as the script checks them."""
+    args = eo.resolve_config(eo.build_parser().parse_args(
+        ["--env", env_id, "--iterations", str(iterations), "--population", str(population),
+         "--workers", str(workers), "--eval-every", str(10**6), "--eval-episodes", "1",
+         "--noise-size", "10000000", "--out-dir", out, *extra]))
+    eo.check_env(args)
+    return args
+
+
 def es_training(env_id: str, workers: int, iterations: int, population: int, extra: list) -> tuple:
     """Per generation of es_openai.py: (training episodes, env steps, seconds: rollouts and
     update, evaluation excluded); and the workers' mean per-step policy and env.step times in
     microseconds over the generations after the first."""
     with tempfile.TemporaryDirectory() as out:
-        args = eo.resolve_config(eo.build_parser().parse_args(
-            ["--env", env_id, "--iterations", str(iterations), "--population", str(population),
-             "--workers", str(workers), "--eval-every", str(10**6), "--eval-episodes", "1",
-             "--noise-size", "10000000", "--out-dir", out, *extra]))
+        args = es_args(env_id, workers, iterations, population, extra, out)
         devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
         try:
             eo.train(args)
@@ -49,12 +56,20 @@ def es_training(env_id: str, workers: int, iterations: int, population: int, ext
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"es_openai_throughput.py: error: {message}\n")  # one line, no usage block
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--population", type=int, default=40)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--lockstep", type=int, help="es_openai.py's --lockstep (default: its own default)")
     a = p.parse_args()
+    if a.iterations < 2 or a.repeats < 1:
+        p.error("--iterations must be at least 2 (the first is left out), --repeats at least 1")
+    try:  # what es_openai.py itself would refuse (the environment, --population, --lockstep), before any timing
+        es_args(a.env, 1, a.iterations, a.population, [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
+                "unused")
+    except eo.UserError as e:
+        p.error(str(e))
     eo.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
     costs = []
 

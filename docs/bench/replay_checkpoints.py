@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 
 def fail(message: str):
-    print(f"error: {message}", file=sys.stderr)
+    print(f"replay_checkpoints.py: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 

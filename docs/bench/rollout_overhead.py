@@ -65,11 +65,18 @@ def policy_alone(env, M, mu, inv_sigma, repeats: int) -> float:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"rollout_overhead.py: error: {message}\n")  # one line, no usage block
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--pairs", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4],
                    help="es_openai.py: mirrored pairs stepped together, e.g. 1,2,4")
     a = p.parse_args()
+    if a.repeats < 1 or not all(1 <= k <= 1000 for k in a.pairs):
+        p.error("--repeats must be at least 1, and each of --pairs 1 to 1000")
+    try:
+        ars.check_env(a.env)
+    except ars.UserError as e:
+        p.error(str(e))
     ars.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
     rng = np.random.default_rng(0)
     env, env2 = ars.make_env(a.env, None), ars.make_env(a.env, None)

@@ -6,6 +6,7 @@ For each run, where it stopped: the seed, iterations, training episodes and env 
 whether the run reached its --target-return (for ars.py with --confirm-episodes, whether the
 confirmation on fresh episodes passed), and the last evaluation's mean.
 """
+import argparse
 import json
 import os
 import sys
@@ -32,10 +33,19 @@ def summarize(run_dir: str) -> str:
 
 
 def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"summarize.py: error: {message}\n")  # one line, no usage block
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    a = p.parse_args()
+    rows = []
+    for run_dir in a.run_dirs:  # all read before the table starts: a bad one leaves no half table
+        try:
+            rows.append(summarize(run_dir))
+        except (OSError, ValueError, LookupError, TypeError) as e:  # missing, damaged, or not a run of these scripts
+            p.error(f"cannot read the run '{run_dir}': {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     print("| env | seed | iterations | episodes | env steps | wall time | workers | target reached | last evaluation |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for run_dir in sys.argv[1:]:
-        print(summarize(run_dir))
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from ars_throughput import ars_training  # noqa: E402  (the same short training,
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"worker_busy.py: error: {message}\n")  # one line, no usage block
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--iterations", type=int, default=10)

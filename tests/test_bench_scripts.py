@@ -1,0 +1,44 @@
+"""The benchmark scripts of docs/bench/ refuse bad input as the training scripts do: one line on
+stderr naming the script, exit status 2, nothing on stdout and nothing run."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+BENCH = os.path.join(ROOT, "docs", "bench")
+CASES = [
+    ("ars_throughput.py", ["--repeats", "0"], "--repeats at least 1"),
+    ("ars_throughput.py", ["--env", "CartPole-v1"], "ARS needs continuous (Box) actions"),
+    ("es_openai_throughput.py", ["--population", "3"], "--population must be even"),
+    ("es_openai_throughput.py", ["--env", "NoSuch-v0"], "unknown environment 'NoSuch-v0'"),
+    ("rollout_overhead.py", ["--pairs", "0"], "each of --pairs 1 to 1000"),
+    ("es_basic_compare.py", ["--seeds", "0"], "--seeds at least 1"),
+    ("worker_busy.py", ["--iterations", "1"], "--iterations must be at least 2"),
+    ("core_swings.py", ["--seconds", "1"], "--seconds must be at least 3"),
+    ("summarize.py", [], "required: RUN_DIR"),
+    ("summarize.py", ["no/such/run"], "cannot read the run 'no/such/run'"),
+    ("confirm_checkpoint.py", ["no/such/run"], "cannot read 'no/such/run/config.json'"),
+    ("replay_checkpoints.py", ["no/such/run"], "no/such/run"),
+    ("es_openai_memory.py", ["--bogus"], "es_openai.py's go after --"),
+]
+
+
+@pytest.mark.parametrize("script, argv, says", CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in CASES])
+def test_bad_input_is_one_line(script, argv, says, tmp_path):
+    out = subprocess.run([sys.executable, os.path.join(BENCH, script), *argv], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{script}: error:"), out.stderr
+    assert says in lines[0] and out.stdout == "" and os.listdir(tmp_path) == []
+
+
+def test_es_openai_memory_help_prints_and_runs_nothing(tmp_path):
+    t0 = time.time()
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "es_openai_memory.py"), "--help"], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 0 and "Everything after -- goes to es_openai.py" in out.stdout and out.stderr == ""
+    assert time.time() - t0 < 10  # no es_openai.py run, no 1 GB table
