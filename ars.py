@@ -1070,6 +1070,8 @@ def play(args):
         raise UserError(f"the config.json of '{args.play}': {e}") from None
     obs_dim, act_dim = check_env(args.env, args.episode_length)
     state = load_state(args.play, args, obs_dim, act_dim)
+    if args.video:
+        check_video_folder(args.play, args.env)
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = make_env(args.env, args.episode_length)
     seeds = [int(stream(args.seed, EVAL, 10**6, i).integers(2**31)) for i in range(args.episodes)]
@@ -1084,10 +1086,24 @@ def play(args):
     return returns
 
 
+def check_video_folder(run_dir: str, env_id: str):
+    """--video: the GIF's folder is made and tried before any episode is played, so that a folder that
+    takes no file costs one line, not the evaluation before it."""
+    folder, path = os.path.join(run_dir, "video"), os.path.join(run_dir, "video", f"{env_id}.gif")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe_writable(folder)
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory")
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+
+
 def write_gif(args, M, mu, inv_sigma, every: int = 2) -> str:
     """One evaluation episode as a GIF through Pillow (brought by matplotlib)."""
     if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # headless MuJoCo rendering
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's frames (Box2D, classic control) need no window
     from PIL import Image
     frames = []
     try:

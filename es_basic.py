@@ -795,6 +795,8 @@ def play(args) -> np.ndarray:
     obs_dim, n_out, _ = check_env(args.env)
     sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
     state = load_state(args.play, args, n_params(sizes))
+    if args.video:
+        check_video_folder(args.play, args.env)
     init_worker(args.env, args.seed, sizes, args.activation, 0.0, False)
     returns, _ = np.array(run_evaluation(state["theta"], 10**6, list(range(args.episodes)))).T[1:]
     print(f"{args.env}: mean return {returns.mean():.1f} +- {returns.std():.1f} over {args.episodes} episodes "
@@ -804,11 +806,25 @@ def play(args) -> np.ndarray:
     return returns
 
 
+def check_video_folder(run_dir: str, env_id: str):
+    """--video: the GIF's folder is made and tried before any episode is played, so that a folder that
+    takes no file costs one line, not the evaluation before it."""
+    folder, path = os.path.join(run_dir, "video"), os.path.join(run_dir, "video", f"{env_id}.gif")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe_writable(folder)
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory")
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+
+
 def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
     """One evaluation episode as a GIF through Pillow (brought by matplotlib)."""
     import gymnasium as gym
     if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # headless MuJoCo rendering
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's frames (Box2D, classic control) need no window
     from PIL import Image
     frames = []
     try:

@@ -1638,6 +1638,8 @@ def saved_run(run_dir: str, args) -> tuple:
 def play(args) -> np.ndarray:
     sizes, act_space = saved_run(args.play, args)
     state = load_state(os.path.join(args.play, "checkpoints", "latest.npz"), args, sizes)
+    if args.video:
+        check_video_folder(args.play, args.env)
     task = task_of(state, args)
     policy = Policy(task["theta"], sizes, args.activation, task["ob_mean"], task["ob_std"], act_space, args.ac_bins,
                     task["ob_clip"])
@@ -1698,10 +1700,24 @@ def plot_snapshots(run_dir: str, table: np.ndarray, args):
     os.replace(os.path.join(run_dir, "snapshots.tmp.png"), os.path.join(run_dir, "snapshots.png"))
 
 
+def check_video_folder(run_dir: str, env_id: str):
+    """--video: the GIF's folder is made and tried before any episode is played, so that a folder that
+    takes no file costs one line, not the evaluation before it."""
+    folder, path = os.path.join(run_dir, "video"), os.path.join(run_dir, "video", f"{env_id}.gif")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe_writable(folder)
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory")
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+
+
 def write_gif(args, policy: Policy) -> str:
     """One evaluation episode as a GIF through Pillow (brought by matplotlib)."""
     if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # headless MuJoCo rendering
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's frames (Box2D, classic control) need no window
     from PIL import Image
     frames = []
     try:

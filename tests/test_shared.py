@@ -290,6 +290,27 @@ def test_a_checkpoint_that_cannot_be_written_during_a_run_is_one_line(runs, scri
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+def test_a_video_that_cannot_be_written_is_refused_before_any_episode(runs, script, tmp_path):
+    run_dir = copy_of(runs, script, tmp_path)
+    env_id = json.load(open(os.path.join(run_dir, "config.json")))["env"]
+    os.makedirs(os.path.join(run_dir, "video", f"{env_id}.gif"))  # a folder where the GIF should go
+    out = run(script, "--play", run_dir, "--episodes", "1", "--video")
+    assert "cannot write" in one_error_line(out) and "mean return" not in out.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_video_is_written_without_a_word_on_stderr(runs, script, tmp_path):
+    """pygame draws the frames of Box2D and classic-control tasks; with no display its SDL would look
+    for one and print an error line (XDG_RUNTIME_DIR) although the frames need no window."""
+    run_dir = copy_of(runs, script, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("SDL_VIDEODRIVER", "XDG_RUNTIME_DIR", "DISPLAY")}
+    out = subprocess.run([sys.executable, os.path.join(ROOT, script), "--play", run_dir, "--episodes", "1", "--video"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert glob.glob(os.path.join(run_dir, "video", "*.gif"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_a_plot_that_fails_costs_the_picture_not_the_run(script, tmp_path, capsys, monkeypatch):
     """Ctrl-C while matplotlib is first imported can leave it half-imported: every later plot
     fails. The run must still stop with its checkpoint, and say the picture is missing."""
