@@ -14,6 +14,7 @@ import copy
 import csv
 import datetime
 import difflib
+import errno
 import json
 import math
 import multiprocessing as mp
@@ -1243,11 +1244,10 @@ def write_csv_rows(path: str, rows: list, header: list):
 
 
 def probe_writable(folder: str):
-    """Raises OSError unless a file can be created in folder (read-only, full, or not a folder)."""
-    probe = os.path.join(folder, ".write-test")
-    with open(probe, "w"):
-        pass
-    os.remove(probe)
+    """Raises OSError unless folder is a folder this process may write into. os.access answers for
+    permissions and for a read-only file system alike, and writes nothing, not even a trial file."""
+    if not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
+        raise PermissionError(errno.EACCES, "it takes no new file (read-only, or not a folder)", folder)
 
 
 def write_json(path: str, data: dict):
