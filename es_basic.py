@@ -814,7 +814,7 @@ def check_video_folder(run_dir: str, env_id: str):
         os.makedirs(folder, exist_ok=True)
         probe_writable(folder)
         if os.path.isdir(path):
-            raise IsADirectoryError(21, "Is a directory")
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}") from None
 
@@ -929,7 +929,8 @@ def main(argv=None):
         print(f"es_basic.py: error: {e}", file=sys.stderr)
         sys.exit(1)
     except OSError as e:  # the run directory stopped taking files (disk full, made read-only): checkpoints are atomic
-        print(f"es_basic.py: error: cannot write '{e.filename}': {e.strerror}; the last checkpoint is kept", file=sys.stderr)
+        where = f" '{e.filename}'" if e.filename else ""
+        print(f"es_basic.py: error: cannot write{where}: {e.strerror or e}; the last checkpoint is kept", file=sys.stderr)
         sys.exit(1)
     if result["status"] == "diverged":
         sys.exit(1)
