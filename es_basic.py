@@ -657,7 +657,7 @@ class Run:
         self.sizes = layer_sizes(obs_dim, args.hidden_sizes, n_out)
         self.dir, self.start_state, self.rows = start_run(args, n_params(self.sizes))
         try:
-            if args.resume is not None:  # before anything is written: its checkpoints go to a folder it did not make
+            if args.resume is not None:  # first: a resumed run writes into a folder it did not make
                 probe_writable(os.path.join(self.dir, "checkpoints"))
             write_json(os.path.join(self.dir, "config.json"),
                        {**vars(args), "script": "es_basic.py", "run_dir": self.dir, "versions": versions()})
@@ -806,9 +806,9 @@ def play(args) -> np.ndarray:
     return returns
 
 
-def check_video_folder(run_dir: str, env_id: str):
-    """--video: the GIF's folder is made and tried before any episode is played, so that a folder that
-    takes no file costs one line, not the evaluation before it."""
+def check_video_folder(run_dir: str, env_id: str) -> str:
+    """--video: the GIF's path, its folder made and tried before any episode is played, so that a
+    folder that takes no file costs one line, not the evaluation before it."""
     folder, path = os.path.join(run_dir, "video"), os.path.join(run_dir, "video", f"{env_id}.gif")
     try:
         os.makedirs(folder, exist_ok=True)
@@ -817,6 +817,7 @@ def check_video_folder(run_dir: str, env_id: str):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}") from None
+    return path
 
 
 def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
@@ -834,9 +835,8 @@ def write_gif(args, theta: np.ndarray, sizes: list, every: int = 2) -> str:
     except Exception as e:
         raise UserError(f"cannot render {args.env}: {str(e).splitlines()[0]} (MuJoCo needs MUJOCO_GL=egl "
                         "or osmesa without a display; Box2D needs pygame)") from None
-    path = os.path.join(args.play, "video", f"{args.env}.gif")
+    path = check_video_folder(args.play, args.env)  # checked before the episodes; again, as it is used
     try:
-        os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
         images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=40 * every, loop=0)
         os.replace(path + ".tmp.gif", path)
     except OSError as e:
@@ -928,9 +928,10 @@ def main(argv=None):
     except RuntimeError as e:
         print(f"es_basic.py: error: {e}", file=sys.stderr)
         sys.exit(1)
-    except OSError as e:  # the run directory stopped taking files (disk full, made read-only): checkpoints are atomic
+    except OSError as e:  # the run directory stopped taking files (a full disk): checkpoints are atomic
         where = f" '{e.filename}'" if e.filename else ""
-        print(f"es_basic.py: error: cannot write{where}: {e.strerror or e}; the last checkpoint is kept", file=sys.stderr)
+        print(f"es_basic.py: error: cannot write{where}: {e.strerror or e}; the last checkpoint is kept",
+              file=sys.stderr)
         sys.exit(1)
     if result["status"] == "diverged":
         sys.exit(1)

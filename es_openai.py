@@ -1349,7 +1349,8 @@ def load_state(path: str, args, sizes: list) -> dict:
     if "obs_norm" in ck and bool(ck["obs_norm"]) != args.obs_norm:  # older checkpoints lack the flag
         raise UserError(f"the checkpoint '{path}' is of a run {'with' if ck['obs_norm'] else 'without'} observation "
                         f"normalization; config.json says {'with' if args.obs_norm else 'without'}")
-    if not all(np.isfinite(ck[k]).all() for k in ("theta", "ob_sum", "ob_sumsq", "ob_count", "opt_m", "opt_v", "wall_time")):
+    floats = ("theta", "ob_sum", "ob_sumsq", "ob_count", "opt_m", "opt_v", "wall_time")
+    if not all(np.isfinite(ck[k]).all() for k in floats):
         raise UserError(f"the checkpoint '{path}' holds NaN or inf, which no run saves: it is damaged")
     state = new_state(args, sizes, len(ck["ob_sum"]))
     state["optimizer"].load(ck)
@@ -1479,7 +1480,7 @@ class Run:
         try:
             self.dir = run_dir or make_run_dir(args.out_dir, args.env, "es_openai", args.seed)
             try:
-                if args.resume is not None:  # before anything is written: its checkpoints go to a folder it did not make
+                if args.resume is not None:  # first: a resumed run writes into a folder it did not make
                     probe_writable(os.path.join(self.dir, "checkpoints"))
                 write_json(os.path.join(self.dir, "config.json"),
                            {**vars(args), "script": "es_openai.py", "run_dir": self.dir, "versions": versions()})
@@ -1700,9 +1701,9 @@ def plot_snapshots(run_dir: str, table: np.ndarray, args):
     os.replace(os.path.join(run_dir, "snapshots.tmp.png"), os.path.join(run_dir, "snapshots.png"))
 
 
-def check_video_folder(run_dir: str, env_id: str):
-    """--video: the GIF's folder is made and tried before any episode is played, so that a folder that
-    takes no file costs one line, not the evaluation before it."""
+def check_video_folder(run_dir: str, env_id: str) -> str:
+    """--video: the GIF's path, its folder made and tried before any episode is played, so that a
+    folder that takes no file costs one line, not the evaluation before it."""
     folder, path = os.path.join(run_dir, "video"), os.path.join(run_dir, "video", f"{env_id}.gif")
     try:
         os.makedirs(folder, exist_ok=True)
@@ -1711,6 +1712,7 @@ def check_video_folder(run_dir: str, env_id: str):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror}") from None
+    return path
 
 
 def write_gif(args, policy: Policy) -> str:
@@ -1727,9 +1729,8 @@ def write_gif(args, policy: Policy) -> str:
     except Exception as e:
         raise UserError(f"cannot render {args.env}: {str(e).splitlines()[0]} (MuJoCo needs MUJOCO_GL=egl "
                         "or osmesa without a display; Box2D needs pygame)") from None
-    path = os.path.join(args.play, "video", f"{args.env}.gif")
+    path = check_video_folder(args.play, args.env)  # checked before the episodes; again, as it is used
     try:
-        os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
         images[0].save(path + ".tmp.gif", save_all=True, append_images=images[1:], duration=80, loop=0)
         os.replace(path + ".tmp.gif", path)
     except OSError as e:
@@ -1823,9 +1824,10 @@ def main(argv=None):
     except RuntimeError as e:
         print(f"es_openai.py: error: {e}", file=sys.stderr)
         sys.exit(1)
-    except OSError as e:  # the run directory stopped taking files (disk full, made read-only): checkpoints are atomic
+    except OSError as e:  # the run directory stopped taking files (a full disk): checkpoints are atomic
         where = f" '{e.filename}'" if e.filename else ""
-        print(f"es_openai.py: error: cannot write{where}: {e.strerror or e}; the last checkpoint is kept", file=sys.stderr)
+        print(f"es_openai.py: error: cannot write{where}: {e.strerror or e}; the last checkpoint is kept",
+              file=sys.stderr)
         sys.exit(1)
     finally:
         stop_ray()

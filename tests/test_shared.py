@@ -1,5 +1,6 @@
 """The contracts the three training scripts share (run directory, errors, workers), tested on
 each: ars.py, es_basic.py and es_openai.py."""
+import contextlib
 import glob
 import hashlib
 import json
@@ -410,16 +411,30 @@ def running(pid: int) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def training(script, tmp_path, **popen):
+    """A long two-worker run of the script in a session of its own, yielded once its first iteration
+    is logged; whatever is left of the session is killed afterwards, if the test failed."""
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *TINY[script], "--iterations", "100000",
+                             "--workers", "2", "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True, **popen)
+    try:
+        for line in proc.stdout:
+            if line.startswith(("it ", "gen ")):
+                break
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_workers_end_when_their_master_is_killed(script, tmp_path):
     """kill -9 gives the master no chance to stop its workers: they must notice and end."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *TINY[script], "--iterations", "100000",
-                             "--workers", "2", "--out-dir", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    try:
-        for line in proc.stdout:  # wait for the first iteration: the workers are running
-            if line.startswith(("it ", "gen ")):
-                break
+    with training(script, tmp_path, stderr=subprocess.DEVNULL) as proc:
         workers = children(proc.pid)
         assert len(workers) >= 2
         proc.kill()
@@ -428,35 +443,19 @@ def test_workers_end_when_their_master_is_killed(script, tmp_path):
         while time.time() < deadline and any(running(w) for w in workers):
             time.sleep(0.2)
         assert not any(running(w) for w in workers)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session, if the test failed
-        except ProcessLookupError:
-            pass
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_kill_int_stops_a_run_started_in_the_background(script, tmp_path):
     """A job started in the background (`cmd &` in a script) begins with SIGINT ignored: the script
     installs its own handler, so kill -INT still stops it, with a checkpoint to resume from."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *TINY[script], "--iterations", "100000",
-                             "--workers", "2", "--out-dir", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    try:
-        for line in proc.stdout:  # wait for the first iteration: the run is under way
-            if line.startswith(("it ", "gen ")):
-                break
+    with training(script, tmp_path, stderr=subprocess.PIPE,
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) as proc:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (proc.returncode, err)
         (run_dir,) = glob.glob(str(tmp_path / "*__*"))
         assert os.path.isfile(os.path.join(run_dir, "checkpoints", "latest.npz"))
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the session, if the test failed
-        except ProcessLookupError:
-            pass
 
 
 # ---------------------------------------------------------------- stderr keeps to what matters

@@ -67,7 +67,7 @@ def main():
         p.error("--iterations must be at least 2 (the first is left out), --repeats at least 1")
     try:  # what es_openai.py itself would refuse (the environment, --population, --lockstep), before any timing
         es_args(a.env, 1, a.iterations, a.population, [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
-                "unused")
+                "unused")  # nothing is written: the --out-dir is never made
     except eo.UserError as e:
         p.error(str(e))
     eo.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
