@@ -217,14 +217,14 @@ class Run:
         if self.pool:
             self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
         self.csv.close()
-        tmp, a = os.path.join(self.dir, "policy.tmp.npz"), self.args  # renamed once written
-        np.savez(tmp, theta=self.theta, iteration=self.counts["iteration"], env=a.env,
-                 sizes=a.sizes, activation=a.activation)
+        tmp, a, c = os.path.join(self.dir, "policy.tmp.npz"), self.args, self.counts
+        np.savez(tmp, theta=self.theta, iteration=c["iteration"], env=a.env, sizes=a.sizes,
+                 activation=a.activation)  # then renamed: never a half-written policy
         os.replace(tmp, os.path.join(self.dir, "policy.npz"))
-        if self.counts["iteration"]:
+        if c["iteration"]:
             plot(self.dir, f"es_basic.py on {a.env}")
-        if status != "done":  # the target, NaN or inf, Ctrl-C
-            print(f"{status} at iteration {self.counts['iteration']}: {self.dir}", file=sys.stderr)
+        print(f"{status} after iteration {c['iteration']}: {c['episodes']} episodes, "
+              f"{c['env_steps']} env steps", file=sys.stderr if status != "done" else sys.stdout)
         return dict(self.counts, theta=self.theta, status=status, run_dir=self.dir)
 def plot(run_dir: str, title: str):  # progress.png: returns, and elite members below them
     from matplotlib.figure import Figure

@@ -115,3 +115,18 @@ def test_a_citation_needs_a_heading_or_a_bold_lead(tmp_path, text, ok):
 def test_anchors_follow_github():
     assert slug("Episodes to the paper's thresholds (MuJoCo v5)") == "episodes-to-the-papers-thresholds-mujoco-v5"
     assert slug("BipedalWalker-v3, the default command") == "bipedalwalker-v3-the-default-command"
+
+
+def test_the_readmes_line_counts_are_the_files():
+    """The scripts table gives each script's length, as `wc -l` counts it."""
+    rows = re.findall(r"^\| `(\w+\.py)` \| (\d+) \|", open(os.path.join(ROOT, "README.md")).read(), re.M)
+    assert {name for name, _ in rows} == {"ars.py", "es_basic.py", "es_openai.py", "nes_exercise.py"}
+    for name, count in rows:
+        assert int(count) == open(os.path.join(ROOT, name)).read().count("\n"), name
+
+
+def test_es_basic_keeps_its_budget():
+    """docs and CONVENTIONS: at most 280 lines, 170 above the plumbing banner, 100 characters a line."""
+    lines = open(os.path.join(ROOT, "es_basic.py")).read().splitlines()
+    banner = next(k for k, line in enumerate(lines) if line.startswith("#") and "plumbing" in line)
+    assert len(lines) <= 280 and banner <= 170 and max(map(len, lines)) <= 100

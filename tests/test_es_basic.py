@@ -1,6 +1,5 @@
-"""Tests of es_basic.py: the estimator, the behaviour of a run, the command line, bad input."""
+"""Tests of es_basic.py: the math, the behaviour of a run, the command line and its bad inputs."""
 import glob
-import inspect
 import json
 import os
 import signal
@@ -9,27 +8,28 @@ import sys
 import time
 
 import gymnasium as gym
-from gymnasium.envs.classic_control import CartPoleEnv
 import numpy as np
 import pytest
 
-import ars
 import es_basic as es
-from conftest import interrupted_runs, refused, sigint_during_close
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, refused
 
 
-def cli(*argv, timeout=240):
+def cli(*argv, timeout=240, **popen):
     return subprocess.run([sys.executable, os.path.join(ROOT, "es_basic.py"), *argv], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+                          text=True, timeout=timeout, cwd=ROOT, **popen)
 
 
 def config(*flags, **kw):
     argv = list(flags)
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    return es.resolve_config(es.build_parser().parse_args(argv))
+    return es.configure(es.build_parser().parse_args(argv))
+
+
+def rows(run_dir) -> list:
+    header, *lines = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    return [dict(zip(header.split(","), line.split(","))) for line in lines]
 
 
 # ---------------------------------------------------------------- the math
@@ -65,17 +65,14 @@ def test_mirrored_sampling_lowers_the_variance_of_the_estimator():
 
 
 def test_centered_ranks_span_minus_half_to_half_and_sum_to_zero():
-    x = np.array([3.0, -1.0, 10.0, 2.5, 7.0])
-    r = es.centered_ranks(x)
+    r = es.centered_ranks(np.array([3.0, -1.0, 10.0, 2.5, 7.0]))
     np.testing.assert_allclose(r, [0.0, -0.5, 0.5, -0.25, 0.25])
-    assert r.sum() == pytest.approx(0.0)
     assert es.centered_ranks(np.random.default_rng(0).normal(size=101)).sum() == pytest.approx(0.0)
 
 
 def test_equal_returns_share_their_rank():
     r = es.centered_ranks(np.array([5.0, 1.0, 5.0, 3.0]))
     np.testing.assert_allclose(r, [1 / 3, -0.5, 1 / 3, -1 / 6])  # ranks 2.5, 0, 2.5, 1 over 3, minus 0.5
-    assert r.sum() == pytest.approx(0.0)
     eps = np.ones((1, 3))
     np.testing.assert_array_equal(es.es_gradient(eps, es.centered_ranks(np.array([9.0, 9.0])), 0.1, True), 0.0)
 
@@ -85,6 +82,16 @@ def test_fitness_shaping_options():
     z = es.shape_fitness(x, "standardize")
     assert z.mean() == pytest.approx(0.0) and z.std() == pytest.approx(1.0, rel=1e-6)
     np.testing.assert_array_equal(es.shape_fitness(x, "none"), x)
+    np.testing.assert_array_equal(es.shape_fitness(x, "rank"), [-0.5, 0.0, 0.5])
+
+
+def test_an_update_computed_by_hand():
+    """Eqs. (3) and (5) for two pairs, written out term by term."""
+    eps, F, sigma = np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([0.5, -0.5, -1 / 6, 1 / 6]), 0.1
+    by_hand = ((0.5 - -0.5) * eps[0] + (-1 / 6 - 1 / 6) * eps[1]) / (4 * sigma)
+    np.testing.assert_allclose(es.es_gradient(eps, F, sigma, True), by_hand)
+    np.testing.assert_allclose(es.es_gradient(np.vstack([eps, eps]), F, sigma, False),
+                               (F[:2] @ eps + F[2:] @ eps) / (4 * sigma))
 
 
 def test_mirrored_gradient_equals_the_plain_formula_over_the_signed_population():
@@ -104,16 +111,28 @@ def test_es_drives_a_quadratic_to_its_optimum():
     assert np.linalg.norm(theta - C) < 0.05 * start
 
 
+def test_noise_is_regenerated_from_its_name():
+    np.testing.assert_array_equal(es.sample_eps(3, 7, 2, 5), es.sample_eps(3, 7, 2, 5))
+    assert not np.allclose(es.sample_eps(3, 7, 2, 5), es.sample_eps(3, 7, 3, 5))
+    assert not np.allclose(es.sample_eps(3, 7, 2, 5), es.sample_eps(3, 8, 2, 5))
+
+
 def test_policy_maps_flat_parameters_to_actions():
-    sizes = es.layer_sizes(4, [3], 2)
-    theta = np.arange(es.n_params(sizes), dtype=float)
+    sizes = [4, 3, 2]
+    theta = np.arange(4 * 3 + 3 + 3 * 2 + 2, dtype=float)
     (W1, b1), (W2, b2) = es.unflatten(theta, sizes)
-    assert W1.shape == (3, 4) and b1.shape == (3,) and W2.shape == (2, 3) and b2.shape == (2,)
-    assert es.n_params(sizes) == 4 * 3 + 3 + 3 * 2 + 2 and b2[-1] == theta[-1]
+    assert W1.shape == (3, 4) and b1.shape == (3,) and W2.shape == (2, 3) and b2[-1] == theta[-1]
+    assert np.shares_memory(W1, theta)  # views, not copies
     box = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
-    np.testing.assert_allclose(es.to_action(np.array([1e6, -1e6]), box), [2.0, 0.0])
-    np.testing.assert_allclose(es.to_action(np.zeros(2), box), [0.0, 0.5])
-    assert es.to_action(np.array([0.1, 0.7, -1.0]), gym.spaces.Discrete(3)) == 1
+    squash = es.unflatten(np.array([1e6, -1e6, 0.0, 0.0]), [1, 2])  # y = (1e6, -1e6) obs
+    np.testing.assert_allclose(es.act(squash, np.ones(1), "tanh", box), [2.0, 0.0])  # tanh onto [low, high]
+    np.testing.assert_allclose(es.act(squash, np.zeros(1), "tanh", box), [0.0, 0.5])  # y = 0: the middle
+    assert es.act(squash, np.array([0.5]), "tanh", gym.spaces.Discrete(2)) == 0  # argmax of the logits
+    assert es.act(squash, np.array([-0.5]), "tanh", gym.spaces.Discrete(2)) == 1
+    hidden = es.unflatten(np.array([-1.0, 0.0, 1.0, 0.5]), [1, 1, 1])  # h = f(-obs), y = h + 0.5
+    line = gym.spaces.Box(-10.0, 10.0, (1,))
+    np.testing.assert_allclose(es.act(hidden, np.array([2.0]), "relu", line), 10 * np.tanh(0.5))
+    np.testing.assert_allclose(es.act(hidden, np.array([2.0]), "tanh", line), 10 * np.tanh(np.tanh(-2.0) + 0.5))
 
 
 # ---------------------------------------------------------------- behaviour of a run
@@ -127,17 +146,30 @@ def run(tmp_path, *flags, **kw):
 
 def test_cartpole_improves_within_a_tiny_budget(tmp_path):
     result = run(tmp_path, iterations=15, population=50, eval_every=15, eval_episodes=10)
-    rows = open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
-    first_mean, last_eval = float(rows[0].split(",")[4]), float(rows[-1].split(",")[8])
-    assert first_mean < 20 and last_eval > 4 * first_mean  # theta_0 = 0 always pushes left: ~10 steps
+    log = rows(result["run_dir"])
+    assert float(log[0]["return_mean"]) < 20  # theta_0 = 0 always pushes left: about 10 steps
+    assert float(log[-1]["eval_return_mean"]) > 4 * float(log[0]["return_mean"])
 
 
-def test_workers_give_the_same_result_as_serial(tmp_path):
-    serial = run(tmp_path / "a", workers=1)
-    parallel = run(tmp_path / "b", workers=2)
+def test_workers_give_the_same_numbers_as_serial(tmp_path):
+    serial, parallel = run(tmp_path / "a", workers=1), run(tmp_path / "b", workers=3)
     np.testing.assert_array_equal(serial["theta"], parallel["theta"])
-    assert serial["env_steps"] == parallel["env_steps"]
+    timing = ("wall_time_s", "steps_per_s")
+    assert [{k: v for k, v in r.items() if k not in timing} for r in rows(serial["run_dir"])] == \
+           [{k: v for k, v in r.items() if k not in timing} for r in rows(parallel["run_dir"])]
     assert not np.allclose(serial["theta"], run(tmp_path / "c", seed=5)["theta"])
+
+
+def test_the_log_holds_the_returns_of_the_population_and_its_elite(tmp_path):
+    """The first row, recomputed here episode by episode: returns, lengths and the elite column
+    (members whose return beats the population's mean)."""
+    result = run(tmp_path, iterations=1, population=8)
+    args = config(env="CartPole-v1", population=8, seed=4)
+    R, lengths = np.array([es.member_episode(args, np.zeros(result["theta"].size), 0, j) for j in range(8)]).T
+    (row,) = rows(result["run_dir"])
+    assert float(row["return_mean"]) == R.mean() and float(row["return_max"]) == R.max()
+    assert int(row["env_steps"]) == lengths.sum() and int(row["episodes"]) == 8
+    assert int(row["elite"]) == (R > R.mean()).sum() and 0 < int(row["elite"]) < 8
 
 
 def test_mirroring_and_fitness_options_change_the_update(tmp_path):
@@ -152,93 +184,51 @@ def test_mirroring_and_fitness_options_change_the_update(tmp_path):
             assert not np.allclose(thetas[a], thetas[b]), (a, b)
 
 
-def test_continuous_actions_work(tmp_path):
-    result = run(tmp_path, env="Pendulum-v1", iterations=2, population=4)
-    assert result["episodes"] == 8 and result["env_steps"] == 8 * 200
-
-
-def test_resume_equals_an_uninterrupted_run(tmp_path):
-    full = run(tmp_path / "full", iterations=6)
-    half = run(tmp_path / "half", iterations=3)
-    resumed = es.main(["--resume", half["run_dir"], "--iterations", "6"])
-    np.testing.assert_array_equal(full["theta"], resumed["theta"])
-    assert resumed["episodes"] == full["episodes"] and resumed["env_steps"] == full["env_steps"]
-
-
-def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
-    # A stop while iteration 4 is evaluated must leave iteration 3 to resume from, so that the
-    # resumed run redoes iteration 4 with its evaluation; it once saved iteration 4 and skipped both.
-    full = run(tmp_path / "full", iterations=6)
-    evaluation = es.run_evaluation
-
-    def interrupted(theta, iteration, episodes):
-        if iteration == 4:
-            raise KeyboardInterrupt
-        return evaluation(theta, iteration, episodes)
-
-    monkeypatch.setattr(es, "run_evaluation", interrupted)
-    half = run(tmp_path / "half", iterations=6, workers=1)
-    assert half["status"] == "interrupted" and half["iteration"] == 3
-    monkeypatch.setattr(es, "run_evaluation", evaluation)
-    resumed = es.main(["--resume", half["run_dir"], "--iterations", "6"])
-    np.testing.assert_array_equal(full["theta"], resumed["theta"])
-    full_rows = open(os.path.join(full["run_dir"], "progress.csv")).read().splitlines()
-    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
-    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
-    assert [r.split(",")[8] for r in rows] == [r.split(",")[8] for r in full_rows]  # same evaluations
-
-
-@pytest.mark.parametrize("target", [None, -1e9])
-def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, target):
-    # Every line of an iteration (the update, the evaluation, the log row, the checkpoint) is a
-    # point where Ctrl-C or SIGTERM can stop the run; from each, --resume must give the same run.
-    # It found a stop between the new state and its log row (a checkpoint without its row), and a
-    # stop after the target was logged (the resumed run went on past it).
-    kw = dict(iterations=2, population=4, eval_every=2, eval_episodes=1, save_every=2, workers=1)
-    if target is not None:
-        kw["target_return"] = target
-    monkeypatch.setattr(es, "plot_progress", lambda *a: None)  # fast: 10-20 runs, each resumed
-    full = run(tmp_path / "full", **kw)
-    assert full["status"] == ("done" if target is None else "target")
-    points = 0
-    for n, half in interrupted_runs(es.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1,
-                                    also=(es.Run.log, es.Run.save_if_due, es.evaluate_if_due)):
-        if half["status"] == "interrupted":
-            half = es.main(["--resume", half["run_dir"], "--iterations", "2"])
-        assert half["status"] == full["status"], f"interrupted at line {n}"
-        np.testing.assert_array_equal(full["theta"], half["theta"], err_msg=f"interrupted at line {n}")
-        rows, full_rows = ([r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
-                           for d in (half["run_dir"], full["run_dir"]))
-        assert [(r[0], r[4], r[8]) for r in rows] == [(r[0], r[4], r[8]) for r in full_rows], \
-            f"interrupted at line {n}"
-        points = n
-    assert points > 15  # every line of the second pass of the loop, and of the log and checkpoint
-
-
-def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
-    # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved (as in ars.py).
-    result, handler = sigint_during_close(monkeypatch, es.Episodes, lambda: run(tmp_path, iterations=4, target_return=-1e9))
-    assert result["status"] == "target" and result["iteration"] == 2
-    assert handler is signal.default_int_handler  # the script restored the handler it held
+def test_weight_decay_and_linear_policies_on_continuous_actions(tmp_path):
+    plain = run(tmp_path / "a", env="Pendulum-v1", iterations=2, population=4, hidden="")
+    decayed = run(tmp_path / "b", "--weight-decay", "0.5", env="Pendulum-v1", iterations=2, population=4, hidden="")
+    assert plain["theta"].size == (3 + 1) * 1 and plain["env_steps"] == 8 * 200
+    assert not np.allclose(plain["theta"], decayed["theta"])
 
 
 def test_both_members_of_a_mirrored_pair_start_from_one_environment_seed():
     from test_ars import SeedRecorder  # records every reset's seed
     SeedRecorder.seeds.clear()
-    es.init_worker("SeedRecorder-v0", 0, [1, 2], "tanh", 0.1, True)
-    es.run_members(np.zeros(es.n_params([1, 2])), 0, [0, 1, 2, 3])  # the pairs +/- eps_0 and +/- eps_1
+    args = es.build_parser().parse_args([])
+    args.sizes, args.mirror, args.sigma, args.env = [1, 2], True, 0.1, "SeedRecorder-v0"
+    for j in range(4):  # the pairs +/- eps_0 and +/- eps_1
+        es.member_episode(args, np.zeros(4), 0, j)
     first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
     assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], SeedRecorder.seeds
 
 
-def test_shared_helpers_are_identical_copies_of_ars():
-    for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
-                 "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
-                 "UserError", "stop_on_sigterm", "reset_env",
-                 "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes",
-                 "flags_given", "refuse_fixed_flags", "available_cores"):
-        assert inspect.getsource(getattr(es, name)) == inspect.getsource(getattr(ars, name)), name
-    assert es.SHARED_COLUMNS == ars.SHARED_COLUMNS
+def test_an_interrupted_run_keeps_what_it_logged(tmp_path, monkeypatch):
+    """Ctrl-C during the evaluation of iteration 4: the log ends at 3, and policy.npz holds the
+    theta of iteration 3, the same bits as a run of 3 iterations."""
+    three = run(tmp_path / "three", iterations=3, eval_every=100)
+    evaluation = es.eval_episode
+
+    def interrupted(args, theta, t, k):
+        if t == 4:
+            raise KeyboardInterrupt
+        return evaluation(args, theta, t, k)
+    monkeypatch.setattr(es, "eval_episode", interrupted)
+    half = run(tmp_path / "half", iterations=6, eval_every=4)
+    assert half["status"] == "interrupted" and half["iteration"] == 3
+    assert [r["iteration"] for r in rows(half["run_dir"])] == ["1", "2", "3"]
+    with np.load(os.path.join(half["run_dir"], "policy.npz"), allow_pickle=False) as f:
+        np.testing.assert_array_equal(f["theta"], three["theta"])
+        assert int(f["iteration"]) == 3
+    assert os.path.getsize(os.path.join(half["run_dir"], "progress.png")) > 1000
+
+
+def test_a_diverged_run_stops_and_keeps_the_last_good_policy(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        es.main(["--alpha", "1e308", "--fitness", "none", "--iterations", "3", "--out-dir", str(tmp_path)])
+    assert stop.value.code == 1 and "diverged after iteration 0" in capsys.readouterr().err
+    (run_dir,) = glob.glob(str(tmp_path / "*"))
+    with np.load(os.path.join(run_dir, "policy.npz"), allow_pickle=False) as f:
+        assert int(f["iteration"]) == 0 and not f["theta"].any()  # theta_0, the last finite one
 
 
 # ---------------------------------------------------------------- the command line
@@ -247,45 +237,26 @@ def test_shared_helpers_are_identical_copies_of_ars():
 def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     out = cli("--iterations", "3", "--population", "6", "--eval-every", "1", "--eval-episodes", "2",
               "--workers", "2", "--out-dir", str(tmp_path))
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0 and out.stderr == "", out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1__es_basic__0__*"))
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
     assert cfg["sigma"] == es.PRESETS["CartPole-v1"]["sigma"] and cfg["population"] == 6
-    header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
-    assert header.split(",") == es.COLUMNS and len(rows) == 3
+    assert cfg["script"] == "es_basic.py" and cfg["numpy"] == np.__version__
+    header = open(os.path.join(run_dir, "progress.csv")).readline().strip().split(",")
+    assert header[:11] == ["iteration", "episodes", "env_steps", "wall_time_s", "return_mean", "return_std",
+                           "return_min", "return_max", "eval_return_mean", "eval_return_std", "steps_per_s"]
+    assert header[-1] == "elite" and len(rows(run_dir)) == 3
     assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
-    assert out.stdout.count("\nit ") == 3
-    played = cli("--play", run_dir, "--episodes", "2", "--video")
+    assert out.stdout.count("\nit ") == 3 and "ETA" in out.stdout
+    played = cli("--play", run_dir, "--episodes", "2", "--video", "--env", "Pendulum-v1")
     assert played.returncode == 0, played.stderr
-    assert "mean return" in played.stdout
+    assert "CartPole-v1: mean return" in played.stdout and "over 2 episodes" in played.stdout
     assert open(os.path.join(run_dir, "video", "CartPole-v1.gif"), "rb").read(6) == b"GIF89a"
 
 
-def bad(tmp_path, *argv):
-    return refused(es, tmp_path, *argv)
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--env", "CartPole-v7"], "did you mean CartPole-v1"),
-    (["--sigma", "0"], "--sigma must be positive"),
-    (["--alpha", "-1"], "--alpha must be positive"),
-    (["--population", "1", "--no-mirror"], "--population must be at least 2"),
-    (["--population", "7"], "must be even with mirrored sampling"),
-    (["--hidden", "16,x"], "--hidden takes sizes"),
-    (["--workers", "0"], "--workers"),
-    (["--env", "Blackjack-v1"], "observations must be a flat Box vector"),
-    (["--play", "/nonexistent/run"], "not a run directory of es_basic.py"),
-    (["--seed", "-3"], "--seed must be 0 or more"),
-    (["--sigma", "nan"], "must be finite numbers"),
-])
-def test_bad_flags(tmp_path, argv, message):
-    assert message in bad(tmp_path, *argv)
-
-
-def test_unsupported_action_space_is_refused():
-    gym.register("MultiBinaryTest-v0", entry_point=MultiBinaryEnv, max_episode_steps=10)
-    with pytest.raises(es.UserError, match="Discrete actions and bounded 1-D Box"):
-        es.check_env("MultiBinaryTest-v0")
+def test_help_names_the_papers_symbols():
+    out = cli("--help")
+    assert out.returncode == 0 and "σ" in out.stdout and "α" in out.stdout and "--no-mirror" in out.stdout
 
 
 class MultiBinaryEnv(gym.Env):
@@ -293,40 +264,44 @@ class MultiBinaryEnv(gym.Env):
     action_space = gym.spaces.MultiBinary(3)
 
 
-def test_corrupt_and_mismatched_checkpoints(tmp_path):
-    good = run(tmp_path / "good", iterations=1)
-    latest = os.path.join(good["run_dir"], "checkpoints", "latest.npz")
-    saved = open(latest, "rb").read()
-    open(latest, "wb").write(b"garbage")
-    assert "corrupt" in bad(tmp_path, "--resume", good["run_dir"])
-    open(latest, "wb").write(saved)
-    np.savez(latest, **{**dict(np.load(latest)), "theta": np.zeros(3)})
-    assert "parameters" in bad(tmp_path, "--play", good["run_dir"])
+gym.register("MultiBinaryTest-v0", entry_point=MultiBinaryEnv, max_episode_steps=10)
 
 
-def test_playing_a_run_of_the_other_script_is_refused(tmp_path):
-    es_run = run(tmp_path / "es", iterations=1)
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "ars.py"), "--play", es_run["run_dir"]],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and "is a run directory of es_basic.py, not of ars.py" in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "CartPole-v7"], "It provides versioned environments: [ `v0`, `v1` ]"),
+    (["--env", "CartPol-v1"], "Did you mean: `CartPole`?"),
+    (["--env", "MultiBinaryTest-v0"], "Discrete or bounded Box actions"),
+    (["--env", "Blackjack-v1"], "takes Box observations"),
+    (["--sigma", "0"], "--sigma: must be > 0"),
+    (["--sigma", "nan"], "--sigma: must be > 0"),
+    (["--alpha", "-1"], "--alpha: must be > 0"),
+    (["--population", "1", "--no-mirror"], "--population: must be >= 2"),
+    (["--population", "7"], "must be even with mirrored sampling"),
+    (["--hidden", "16,x"], "--hidden: invalid sizes value"),
+    (["--hidden", "16,0"], "--hidden: must be >= 1"),
+    (["--workers", "0"], "--workers: must be >= 1"),
+    (["--seed", "-3"], "--seed: must be >= 0"),
+    (["--play", "/nonexistent/run"], "holds no policy.npz"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, argv, message):
+    assert message in refused(es, tmp_path, *argv)
 
 
-def test_unwritable_output_folder(tmp_path):
-    blocker = tmp_path / "a_file"
-    blocker.write_text("")
-    out = cli("--out-dir", str(blocker / "runs"), timeout=60)
-    assert out.returncode == 2 and "cannot create the run directory" in out.stderr
+def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    out = cli("--out-dir", str(tmp_path / "a_file" / "runs"), timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("es_basic.py: error: cannot write")
+    assert len(out.stderr.strip().splitlines()) == 1 and os.listdir(tmp_path) == ["a_file"]
 
 
-def test_a_resumed_run_directory_that_cannot_be_written(tmp_path):
-    good = run(tmp_path / "good", iterations=1)
-    os.mkdir(os.path.join(good["run_dir"], "config.json.tmp"))  # config.json cannot be rewritten (even as root)
-    before = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
-    line = bad(tmp_path, "--resume", good["run_dir"], "--iterations", "2")
-    assert "cannot write to the run directory" in line
-    after = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
-    assert after == before
+def test_a_policy_plays_on_its_own_environment_and_layers(tmp_path):
+    """policy.npz names its environment and layers, so no flag can play it on others: a policy of
+    another environment or shape cannot reach the episodes."""
+    done = run(tmp_path, env="Pendulum-v1", iterations=1, population=4, hidden="3")
+    with np.load(os.path.join(done["run_dir"], "policy.npz"), allow_pickle=False) as f:
+        assert str(f["env"]) == "Pendulum-v1" and list(f["sizes"]) == [3, 3, 1]
+    R = es.main(["--play", done["run_dir"], "--env", "CartPole-v1", "--hidden", "64,64", "--episodes", "2"])
+    assert len(R) == 2 and (R < 0).all()  # Pendulum's returns are negative; CartPole's positive
 
 
 class CrashEnv(MultiBinaryEnv):
@@ -337,73 +312,33 @@ class CrashEnv(MultiBinaryEnv):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="test environments reach workers only by fork")
-def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
-    import signal
-
-    def on_alarm(signum, frame):
-        raise TimeoutError("the run hung after its worker died")
+def test_a_dying_worker_ends_the_run_with_one_line_not_a_hang(tmp_path, capsys):
     gym.register("EsCrashTest-v0", entry_point=CrashEnv, max_episode_steps=10)
-    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGALRM, lambda *a: pytest.fail("the run hung after its worker died"))
     signal.alarm(60)
     try:
-        with pytest.raises(RuntimeError, match="worker process died"):
-            run(tmp_path, env="EsCrashTest-v0", workers=2)
+        with pytest.raises(SystemExit) as stop:
+            es.main(["--env", "EsCrashTest-v0", "--workers", "2", "--out-dir", str(tmp_path)])
     finally:
         signal.alarm(0)
+    assert "a worker process died" in str(stop.value.code)
 
 
-class CrashLaterEnv(CartPoleEnv):
-    """Dies at the start of the 13th episode counted over all processes (one byte per reset in the
-    file $ES_CRASH_COUNT): with a population of 4 and no evaluation, the first episode of iteration 4."""
-    def reset(self, seed=None, options=None):
-        with open(os.environ["ES_CRASH_COUNT"], "ab") as f:
-            f.write(b"x")
-        if os.path.getsize(os.environ["ES_CRASH_COUNT"]) >= 13:
-            os._exit(3)
-        return super().reset(seed=seed, options=options)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="test environments reach workers only by fork")
-def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_path, monkeypatch):
-    gym.register("EsCrashLaterTest-v0", entry_point=CrashLaterEnv, max_episode_steps=20)
-    monkeypatch.setenv("ES_CRASH_COUNT", str(tmp_path / "resets"))
-    with pytest.raises(RuntimeError, match="worker process died"):
-        run(tmp_path, env="EsCrashLaterTest-v0", iterations=10, population=4, workers=2, eval_every=100,
-            save_every=100)
-    (run_dir,) = glob.glob(str(tmp_path / "EsCrashLaterTest-v0__es_basic__*"))
-    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
-    assert int(ck["iteration"]) == 3 and int(ck["episodes"]) == 12
-
-
-def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
-    import signal
+def test_ctrl_c_stops_the_workers_and_keeps_the_log(tmp_path):
+    """Ctrl-C in a terminal reaches the whole process group: the workers ignore it, the master
+    ends the run with its log, policy.npz and plot, exit status 130, and no process is left."""
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_basic.py"), "--iterations", "100000",
-                             "--target-return", "1e9", "--workers", "2", "--save-every", "1000",
-                             "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                             "--target-return", "1e9", "--workers", "2", "--out-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     for line in proc.stdout:
         if line.startswith("it ") and int(line.split()[1]) >= 3:
             break
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # a second one, as `timeout` or a shell may send: it must wait
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (proc.returncode, err)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted after iteration" in err and "Traceback" not in err, err
     (run_dir,) = glob.glob(str(tmp_path / "*"))
-    assert int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 3
+    with np.load(os.path.join(run_dir, "policy.npz"), allow_pickle=False) as f:
+        assert int(f["iteration"]) == len(rows(run_dir)) >= 3
+    time.sleep(0.5)
     assert subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.strip() == ""
 
-
-def test_an_error_during_a_stop_is_a_stop_not_a_failed_rollout(monkeypatch):
-    # A Ctrl-C or SIGTERM can land inside the pool's locking and come out as another error; after
-    # a stop signal it must end the run as a stop (checkpoint, exit 130), not as "a rollout failed".
-    episodes = es.Episodes.__new__(es.Episodes)
-    episodes.workers, episodes.pool = 1, None
-
-    def failing(theta, iteration, indices):
-        raise RuntimeError("cannot release un-acquired lock")
-    with pytest.raises(RuntimeError, match="a rollout failed"):
-        episodes.run(failing, np.zeros(3), 0, 2)
-    monkeypatch.setattr(es, "STOPS", [15])
-    with pytest.raises(KeyboardInterrupt):
-        episodes.run(failing, np.zeros(3), 0, 2)

@@ -420,7 +420,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
 
 def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
     # A stop while generation 4 is evaluated leaves generation 3 to resume from: the resumed run
-    # redoes generation 4 with its evaluation (the same rule as ars.py and es_basic.py).
+    # redoes generation 4 with its evaluation (the same rule as ars.py).
     full = run(tmp_path / "full", iterations=6, eval_every=2)
     evaluate = eo.WorkerPool.evaluate
 

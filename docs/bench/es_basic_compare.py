@@ -22,15 +22,17 @@ VARIANTS = {"mirrored, ranks": [], "plain, ranks": ["--no-mirror"], "mirrored, r
 
 def curve(env_id: str, flags: list, seed: int, iterations: int, out: str) -> np.ndarray:
     argv = ["--env", env_id, "--seed", str(seed), "--iterations", str(iterations), "--eval-every", "5",
-            "--eval-episodes", "10", "--target-return", "inf", "--out-dir", out, *flags]
+            "--eval-episodes", "10", "--target-return", "inf", "--out-dir", os.path.join(out, *flags, str(seed)),
+            *flags]  # a folder each: runs of one env and seed started in one second
     devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
     try:
-        result = es.train(es.resolve_config(es.build_parser().parse_args(argv)))
+        result = es.train(es.configure(es.build_parser().parse_args(argv)))
     finally:
         sys.stdout.close()
         sys.stdout = devnull
-    rows = es.read_csv_rows(os.path.join(result["run_dir"], "progress.csv"))
-    return np.array([[float(r[1]), float(r[8])] for r in rows if r[8] not in ("", "nan")])
+    log = np.genfromtxt(os.path.join(result["run_dir"], "progress.csv"), delimiter=",", names=True)
+    evaluated = ~np.isnan(log["eval_return_mean"])
+    return np.stack([log["episodes"][evaluated], log["eval_return_mean"][evaluated]], axis=1)
 
 
 def main():
@@ -42,10 +44,7 @@ def main():
     a = p.parse_args()
     if a.iterations < 5 or a.seeds < 1:
         p.error("--iterations must be at least 5 (one evaluation every 5) and --seeds at least 1")
-    try:
-        es.check_env(a.env)
-    except es.UserError as e:
-        p.error(str(e))
+    es.configure(es.build_parser().parse_args(["--env", a.env]))  # an unusable id: one line, exit 2
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
