@@ -21,7 +21,8 @@ GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden=(16,), iterations=20
                eval_episodes=20)  # every other environment
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="es_basic.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="es_basic.py", description=__doc__.split("\n")[0],
+                                epilog=f"presets: {PRESETS}; any other environment: {GENERIC}")
     p.error = lambda message: p.exit(2, f"es_basic.py: error: {message} (see --help)\n")
     a = p.add_argument  # the types (below the banner) refuse impossible values in one line
     a("--env", default="CartPole-v1", help="gymnasium id, Discrete or bounded Box actions")
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--alpha", type=at_least(0, float), help="α, step size (typ. 0.01-0.1)")
     a("--population", type=at_least(2), help="n, episodes per iteration, even if mirrored")
     a("--no-mirror", dest="mirror", action="store_false", help="n independent eps_i, no pairs")
-    a("--fitness", choices=("rank", "standardize", "none"), default="rank", help="F_i of R_i")
+    a("--fitness", choices=("rank", "standardize", "none"), default="rank", help="shaping, Eq. (4)")
     a("--weight-decay", type=float, default=0.0, help="λ, L2 coefficient (typ. 0-0.01)")
     a("--hidden", type=sizes, help="hidden layer sizes: 16, 64,64, or '' for linear (preset)")
     a("--activation", choices=("tanh", "relu"), default="tanh", help="hidden nonlinearity")
@@ -107,8 +108,8 @@ def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator, frames=Non
     return total, steps
 
 def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
-    """Eq. (2): member j plays theta + sigma eps_j; mirrored, the pair theta +/- sigma eps_i
-    (i = j // 2) plays on one environment seed, so its returns differ by the noise alone."""
+    """Eq. (2): member j plays theta + sigma eps_j; mirrored, theta +/- sigma eps_(j // 2), the
+    pair on one environment seed, so that its two returns differ by the noise alone."""
     i, sign = (j // 2, 1.0 - 2.0 * (j % 2)) if args.mirror else (j, 1.0)
     eps, env_seeds = sample_eps(args.seed, t, i, theta.size), stream(args.seed, ENV, t, i)
     return rollout(env_of(args.env), theta + sign * args.sigma * eps, args, env_seeds)
@@ -144,8 +145,7 @@ def train(args) -> dict:
 # ---- plumbing: checks, workers, run directory, plot, --play, main (not the algorithm) ----
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
     if not ok:
-        print(f"es_basic.py: error: {message}", file=sys.stderr)
-        sys.exit(2)
+        build_parser().error(message)
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)

@@ -172,6 +172,36 @@ def test_the_log_holds_the_returns_of_the_population_and_its_elite(tmp_path):
     assert int(row["elite"]) == (R > R.mean()).sum() and 0 < int(row["elite"]) < 8
 
 
+def test_members_are_theta_plus_and_minus_sigma_eps(monkeypatch):
+    played = []
+    monkeypatch.setattr(es, "rollout", lambda env, theta, args, seeds, frames=None: played.append(theta) or (0.0, 1))
+    monkeypatch.setattr(es, "env_of", lambda env_id: None)
+    args = es.build_parser().parse_args(["--sigma", "0.5", "--seed", "2"])
+    theta, eps = np.ones(3), [es.sample_eps(2, 7, i, 3) for i in range(2)]
+    for j in range(4):
+        es.member_episode(args, theta, 7, j)
+    np.testing.assert_array_equal(played, [theta + 0.5 * eps[0], theta - 0.5 * eps[0],
+                                           theta + 0.5 * eps[1], theta - 0.5 * eps[1]])
+    played.clear()
+    args.mirror = False
+    for j in range(2):
+        es.member_episode(args, theta, 7, j)
+    np.testing.assert_array_equal(played, [theta + 0.5 * eps[0], theta + 0.5 * eps[1]])
+
+
+def test_an_iteration_of_train_is_eq_6_computed_by_hand(tmp_path):
+    """Iteration 2 redone from the public functions: the members' returns, ranks, the mirrored
+    estimate and the step with weight decay give the bits train() gives."""
+    flags = ["--weight-decay", "0.5"]
+    one = run(tmp_path / "one", *flags, iterations=1, population=6, eval_every=100)
+    two = run(tmp_path / "two", *flags, iterations=2, population=6, eval_every=100)
+    args, theta = config(*flags, env="CartPole-v1", population=6, seed=4), one["theta"]
+    R = np.array([es.member_episode(args, theta, 1, j)[0] for j in range(6)])
+    eps = np.stack([es.sample_eps(4, 1, i, theta.size) for i in range(3)])
+    g = es.es_gradient(eps, es.centered_ranks(R), args.sigma, True)
+    np.testing.assert_array_equal(two["theta"], theta + args.alpha * g - args.alpha * 0.5 * theta)
+
+
 def test_mirroring_and_fitness_options_change_the_update(tmp_path):
     thetas = {}
     for flags in ([], ["--no-mirror"], ["--fitness", "none"], ["--fitness", "standardize"]):
@@ -200,6 +230,10 @@ def test_both_members_of_a_mirrored_pair_start_from_one_environment_seed():
         es.member_episode(args, np.zeros(4), 0, j)
     first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
     assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], SeedRecorder.seeds
+    assert first[0] == int(es.stream(args.seed, es.ENV, 0, 0).integers(2**31))
+    SeedRecorder.seeds.clear()
+    es.eval_episode(args, np.zeros(4), 3, 1)  # evaluations on streams of their own
+    assert SeedRecorder.seeds == [int(es.stream(args.seed, es.EVAL, 3, 1).integers(2**31))]
 
 
 def test_an_interrupted_run_keeps_what_it_logged(tmp_path, monkeypatch):
