@@ -81,7 +81,8 @@ def interrupt_at_line(train, n: int, after: int = 0, also=()):
     between any two lines. Returns the trace and a list that gets n if it fired."""
     import inspect
     source, first = inspect.getsourcelines(train)
-    loop = [first + i for i, line in enumerate(source) if "while state[" in line or "except KeyboardInterrupt" in line]
+    loop = [first + i for i, line in enumerate(source) if "while state[" in line or "except KeyboardInterrupt" in line
+            or "except (KeyboardInterrupt" in line]
     helpers = {f.__code__ for f in also}
     count, passes, fired = [0], [0], []
 

@@ -6,14 +6,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import ars
-from conftest import booby_trapped, interrupted_runs, only_builtin_types, refused, sigint_during_close
+from conftest import booby_trapped, interrupted_runs, only_builtin_types, refused
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -31,7 +30,7 @@ def config(**kw):
     argv = []
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    return ars.resolve_config(ars.build_parser().parse_args(argv))
+    return ars.configure(ars.build_parser().parse_args(argv))
 
 
 # ---------------------------------------------------------------- the math
@@ -190,54 +189,17 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
 
 
-def test_nu_late_switches_nu_after_the_evaluation_that_reaches_nu_late_from(tmp_path):
-    # --nu-late-from -1e9: the evaluation of iteration 2 switches; iterations 3 and 4 use nu = 0.1.
-    # That is the run of 2 iterations with nu = 0.03, resumed with --nu 0.1 for iterations 3 and 4.
-    switched = run(tmp_path / "switched", nu=0.03, nu_late=0.1, nu_late_from=-1e9)
-    first = run(tmp_path / "by_hand", nu=0.03, iterations=2)
-    by_hand = ars.main(["--resume", first["run_dir"], "--iterations", "4", "--nu", "0.1"])
-    np.testing.assert_array_equal(switched["M"], by_hand["M"])
-    assert not np.allclose(switched["M"], run(tmp_path / "plain", nu=0.03)["M"])
-    # A target no evaluation reaches: nu never switches.
-    np.testing.assert_array_equal(run(tmp_path / "never", nu=0.03, nu_late=0.1, nu_late_from=1e9)["M"],
-                                  run(tmp_path / "fixed", nu=0.03)["M"])
-
-
-def test_a_resumed_run_takes_workers_here_and_may_change_its_nu_schedule_and_target(tmp_path, monkeypatch):
-    part = run(tmp_path, iterations=1, nu_late=0.2, nu_late_from=100.0, target_return=50.0)
+def test_a_resumed_run_takes_its_workers_here_and_may_change_its_target(tmp_path, monkeypatch):
+    part = run(tmp_path, iterations=1, target_return=50.0)
     cfg_path = os.path.join(part["run_dir"], "config.json")
     json.dump({**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w"))  # saved on a larger machine
     seen = {}
     monkeypatch.setattr(ars, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
     ars.main(["--resume", part["run_dir"], "--iterations", "3"])
-    assert seen["workers"] == ars.available_cores() and seen["confirm_return"] == 50.0
-    ars.main(["--resume", part["run_dir"], "--nu-late", "0", "--nu-late-from", "0", "--target-return", "80"])
-    assert seen["nu_late"] == 0 and seen["nu_late_from"] == 0 and seen["confirm_return"] == 80.0
-
-
-def test_nu_late_given_again_on_resume_replaces_the_saved_one(tmp_path):
-    # A run switched at iteration 2 and resumed with --nu-late 0.2 takes its iteration 4 with 0.2,
-    # not the saved 0.1; --nu alone, given again, does not touch the switched nu.
-    kw = dict(nu=0.03, nu_late_from=-1e9)
-    part = run(tmp_path / "part", iterations=3, nu_late=0.1, **kw)
-    shutil.copytree(part["run_dir"], tmp_path / "copy")
-    resumed = ars.main(["--resume", part["run_dir"], "--iterations", "4", "--nu-late", "0.2"])
-    assert not np.array_equal(resumed["M"], run(tmp_path / "plain", iterations=4, nu_late=0.1, **kw)["M"])
-    nu_only = ars.main(["--resume", str(tmp_path / "copy"), "--iterations", "4", "--nu", "0.5"])
-    np.testing.assert_array_equal(nu_only["M"], run(tmp_path / "again", iterations=4, nu_late=0.1, **kw)["M"])
-
-
-@pytest.mark.parametrize("first", [1, 3])
-def test_a_resumed_run_switches_nu_where_the_uninterrupted_one_does(tmp_path, first):
-    # The uninterrupted run switches at its evaluation of iteration 2 (--eval-every 2). A run of
-    # 1 iteration evaluates at its last iteration too: that extra evaluation must not switch it
-    # (resumed, it would use nu = 0.1 from iteration 2). A run of 3 has switched and must stay so.
-    kw = dict(nu=0.03, nu_late=0.1, nu_late_from=-1e9)
-    full = run(tmp_path / "full", iterations=6, **kw)
-    part = run(tmp_path / "part", iterations=first, **kw)
-    resumed = ars.main(["--resume", part["run_dir"], "--iterations", "6"])
-    np.testing.assert_array_equal(full["M"], resumed["M"])
-    np.testing.assert_array_equal(full["stats"][1], resumed["stats"][1])
+    assert seen["workers"] == len(os.sched_getaffinity(0)) and seen["target_return"] == 50.0
+    assert seen["n_directions"] == 4 and seen["seed"] == 5  # the saved configuration
+    ars.main(["--resume", part["run_dir"], "--target-return", "80", "--nu", "0.5"])
+    assert seen["target_return"] == 80.0 and seen["nu"] == 0.5
 
 
 def assert_resumes_to(full: dict, run_dir: str):
@@ -267,10 +229,10 @@ def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_
     full = run(tmp_path / "full", iterations=6)
     evaluate = ars.evaluate
 
-    def interrupted(pool, iteration, *a, **kw):
-        if iteration == 4:
+    def interrupted(pool, state, *a, **kw):
+        if state["iteration"] == 4:
             raise KeyboardInterrupt
-        return evaluate(pool, iteration, *a, **kw)
+        return evaluate(pool, state, *a, **kw)
 
     monkeypatch.setattr(ars, "evaluate", interrupted)
     half = run(tmp_path / "half", iterations=6)
@@ -288,12 +250,12 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     kw = dict(iterations=2, n_directions=2, top_b=1, eval_episodes=1, save_every=2)
     if target is not None:
         kw.update(target_return=target, confirm_episodes=1)
-    monkeypatch.setattr(ars, "plot_progress", lambda *a: None)  # fast: 10-20 runs, each resumed
+    monkeypatch.setattr(ars, "plot", lambda *a: (np.nan, 0))  # fast: 10-20 runs, each resumed
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
     points = 0
     for n, half in interrupted_runs(ars.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1,
-                                    also=(ars.Run.log, ars.Run.save_if_due, ars.evaluate_if_due, ars.target_reached)):
+                                    also=(ars.Run.log, ars.evaluate, ars.save_checkpoint)):
         if half["status"] == "interrupted":
             half = ars.main(["--resume", half["run_dir"], "--iterations", "2"])
         assert half["status"] == full["status"], f"interrupted at line {n}"
@@ -304,14 +266,6 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
             f"interrupted at line {n}"
         points = n
     assert points > 15  # every line of the second pass of the loop, and of the log and checkpoint
-
-
-def test_a_stop_during_the_final_save_keeps_the_target(tmp_path, monkeypatch):
-    # Once the loop is over, Ctrl-C or SIGTERM is held until the run is saved: a stop there must
-    # not turn a run that reached its target into an interrupted one (resumed, it would go on).
-    result, handler = sigint_during_close(monkeypatch, ars.WorkerPool, lambda: run(tmp_path, iterations=4, target_return=-1e9))
-    assert result["status"] == "target" and result["iteration"] == 2
-    assert handler is signal.default_int_handler  # the script restored the handler it held
 
 
 class RecordingEnv(gym.Env):
@@ -356,23 +310,22 @@ def test_raw_actions_in_training_evaluation_and_play(tmp_path):
     # whose actions leave [-1, 1] earns less with raw actions, on the very same course.
     config_raw = dict(env="MountainCarContinuous-v0", episode_length=50, n_directions=2, top_b=1, eval_every=1,
                       eval_episodes=2, iterations=2, alpha=50.0, nu=5.0)
-    workers = {clip: ars.Rollouts("MountainCarContinuous-v0", 50, 0, 0.0, 0.0, clip) for clip in (True, False)}
-    for worker in workers.values():
-        worker.set_params(0, np.array([[40.0, 40.0]]), np.zeros(2), np.ones(2), 5.0)
+    params, setup = (0, np.array([[40.0, 40.0]]), np.zeros(2), np.ones(2), 5.0), config(**config_raw)
+    env = ars.make_env(setup)  # episodes of 50 steps
     for kind in ("train", "eval"):
-        clipped, raw = (ars.Episode(*workers[clip].job(kind, 0)[2]) for clip in (True, False))
-        assert raw.length == clipped.length == 50 and raw.ret < clipped.ret - 1.0
+        clipped, raw = (ars.job(env, config(**config_raw, actions=a), params, kind, 0)[1] for a in ("clipped", "raw"))
+        clipped, raw = (e[0] if kind == "train" else e for e in (clipped, raw))  # train: the + rollout
+        assert raw[2] == clipped[2] == 50 and raw[0] < clipped[0] - 1.0
     run_dir = run(tmp_path, actions="raw", **config_raw)["run_dir"]
     path = os.path.join(run_dir, "config.json")
     assert json.load(open(path))["actions"] == "raw"
     played = {}
-    for saved in ("raw", "clipped", None):  # None: a run saved before --actions, played as clipped
+    for saved in ("raw", "clipped"):
         cfg = json.load(open(path))
-        cfg.pop("actions") if saved is None else cfg.update(actions=saved)
+        cfg.update(actions=saved)
         json.dump(cfg, open(path, "w"))
         played[saved] = ars.main(["--play", run_dir, "--episodes", "2"])
     assert (played["raw"] < played["clipped"] - 1.0).all()
-    np.testing.assert_array_equal(played[None], played["clipped"])
 
 
 def test_a_resumed_run_keeps_its_saved_actions(tmp_path):
@@ -380,29 +333,21 @@ def test_a_resumed_run_keeps_its_saved_actions(tmp_path):
     raw_full = run(tmp_path / "raw_full", actions="raw", iterations=4, **kw)
     raw_half = run(tmp_path / "raw_half", actions="raw", iterations=2, **kw)
     np.testing.assert_array_equal(raw_full["M"], ars.main(["--resume", raw_half["run_dir"], "--iterations", "4"])["M"])
-    # A run saved before --actions was clipped, and resumes clipped (--actions cannot change it).
     clipped_full = run(tmp_path / "clipped_full", iterations=4, **kw)
     assert not np.array_equal(raw_full["M"], clipped_full["M"])
-    old = run(tmp_path / "old", iterations=2, **kw)
-    path = os.path.join(old["run_dir"], "config.json")
-    cfg = json.load(open(path))
-    del cfg["actions"]
-    json.dump(cfg, open(path, "w"))
-    with pytest.raises(SystemExit):
-        ars.main(["--resume", old["run_dir"], "--iterations", "4", "--actions", "raw"])
-    resumed = ars.main(["--resume", old["run_dir"], "--iterations", "4"])
-    np.testing.assert_array_equal(clipped_full["M"], resumed["M"])
+    with pytest.raises(SystemExit):  # --actions cannot change a resumed run
+        ars.main(["--resume", raw_half["run_dir"], "--iterations", "4", "--actions", "clipped"])
 
 
 def test_a_worker_sends_back_only_builtin_types():
     # A job's answer is what travels through pipes and Ray: plain tuples of numbers and statistics,
     # no Episode (a class of a script run as __main__ would travel with its definition through Ray).
-    worker = ars.Rollouts("Pendulum-v1", None, 0, 0.0, 0.0)
-    worker.set_params(0, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-    train, evaluation = worker.job("train", 0), worker.job("eval", 0)
+    args, env = config(env="Pendulum-v1"), gym.make("Pendulum-v1")
+    params = (0, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
+    train, evaluation = ars.job(env, args, params, "train", 0), ars.job(env, args, params, "eval", 0)
     assert only_builtin_types(train) and only_builtin_types(evaluation)
-    assert ars.Episode(*train[2]).length == 200 and ars.Episode(*train[2]).stats[0] == 200
-    assert ars.Episode(*evaluation[2]).stats is None
+    assert train[1][0][2] == 200 and train[1][0][3][0] == 200  # (return, shaped, length, stats)
+    assert evaluation[1][3] is None
 
 
 class SeedRecorder(gym.Env):
@@ -424,9 +369,9 @@ gym.register("SeedRecorder-v0", entry_point=SeedRecorder)
 def test_both_rollouts_of_a_pair_start_from_one_environment_seed():
     # Eq. (3): r+ and r- differ only by the sign of the perturbation, not by the episode drawn.
     SeedRecorder.seeds.clear()
-    worker = ars.Rollouts("SeedRecorder-v0", 5, 0, 0.0, 0.0)
-    worker.set_params(0, np.zeros((1, 1)), np.zeros(1), np.ones(1), 0.05)
-    worker.job("train", 0), worker.job("train", 1)
+    args, env = config(env="SeedRecorder-v0", episode_length=5), gym.make("SeedRecorder-v0")
+    params = (0, np.zeros((1, 1)), np.zeros(1), np.ones(1), 0.05)
+    ars.job(env, args, params, "train", 0), ars.job(env, args, params, "train", 1)
     first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
     assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], SeedRecorder.seeds
 
@@ -445,13 +390,18 @@ def test_target_return_stops_the_run(tmp_path):
     assert result["status"] == "target" and result["iteration"] == 2  # the first evaluation
 
 
-def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path):
-    never = run(tmp_path / "a", iterations=6, target_return=-1e9, confirm_episodes=3, confirm_return=1e9)
+def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path, monkeypatch):
+    evaluate = ars.evaluate
+
+    def lucky(pool, state, args, episodes):  # every screen passes, and no confirmation
+        return evaluate(pool, state, args, episodes) + (1e9 if episodes.start == 0 else 0)
+    monkeypatch.setattr(ars, "evaluate", lucky)
+    never = run(tmp_path / "a", iterations=6, target_return=1e6, confirm_episodes=3)
     assert never["status"] == "done" and never["iteration"] == 6
     rows = open(os.path.join(never["run_dir"], "progress.csv")).read().splitlines()[1:]
     confirmed = [r.split(",")[-1] for r in rows]
     assert confirmed[0] == "nan" and float(confirmed[1]) < 0  # evaluated on iterations 2, 4, 6
-    once = run(tmp_path / "b", iterations=6, target_return=-1e9, confirm_episodes=3, confirm_return=-1e9)
+    once = run(tmp_path / "b", iterations=6, target_return=-1e9, confirm_episodes=3)
     assert once["status"] == "target" and once["iteration"] == 2
 
 
@@ -459,8 +409,8 @@ def test_training_does_not_depend_on_evaluations(tmp_path):
     # What makes a stopping rule testable after the fact (docs/ars.md, "Why the screen is at 300"):
     # evaluations and confirmations play their own episodes and never touch the normalizer.
     rare = run(tmp_path / "a", iterations=6, eval_every=6)
-    often = run(tmp_path / "b", iterations=6, eval_every=1, eval_episodes=3, target_return=-1e9,
-                confirm_episodes=2, confirm_return=1e9)  # a confirmation at every iteration, never passed
+    often = run(tmp_path / "b", iterations=6, eval_every=1, eval_episodes=3, target_return=-0.001,
+                confirm_episodes=2)  # a confirmation whenever a screen passes (Pendulum: never)
     assert often["status"] == "done"
     np.testing.assert_array_equal(rare["M"], often["M"])
     np.testing.assert_array_equal(rare["stats"][2], often["stats"][2])
@@ -470,15 +420,15 @@ def test_training_does_not_depend_on_evaluations(tmp_path):
 def test_a_checkpoint_replays_the_evaluation_its_run_logged(tmp_path):
     result = run(tmp_path, iterations=4, eval_every=2, eval_episodes=3, save_every=2)
     args = config(env="Pendulum-v1", n_directions=4, top_b=2, seed=5, workers=1)
-    rows = {int(r[0]): r for r in ars.read_csv_rows(os.path.join(result["run_dir"], "progress.csv"))}
-    pool = ars.WorkerPool(1, args.env, args.episode_length, args.seed, args.shift, args.reward_clip)
+    rows = {int(r.split(",")[0]): r.split(",") for r in open(os.path.join(result["run_dir"], "progress.csv"))
+            .read().splitlines()[1:]}
+    pool = ars.Workers(args)
     try:
         for it in (2, 4):
-            ck = ars.load_npz(os.path.join(result["run_dir"], "checkpoints", f"iter_{it:06d}.npz"))
-            stats = (float(ck["obs_count"]), ck["obs_mean"], ck["obs_m2"])
-            replayed = ars.evaluate(pool, it, ck["M"], stats, args, range(3))
+            state = ars.load_checkpoint(os.path.join(result["run_dir"], "checkpoints", f"iter_{it:06d}.npz"), args)
+            replayed = ars.evaluate(pool, state, args, range(3))
             assert replayed.mean() == float(rows[it][8])
-            assert ars.evaluate(pool, it - 1, ck["M"], stats, args, range(3)).mean() != replayed.mean()
+            assert ars.evaluate(pool, dict(state, iteration=it - 1), args, range(3)).mean() != replayed.mean()
     finally:
         pool.close()
 
@@ -554,29 +504,30 @@ def fail_after(seconds):
 def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
     fail_after(60)
     try:
-        with pytest.raises(RuntimeError, match="worker process died"):
-            run(tmp_path, env="CrashTest-v0", workers=2)
+        with pytest.raises(SystemExit) as stop:
+            ars.main(["--env", "CrashTest-v0", "--workers", "2", "--out-dir", str(tmp_path)])
     finally:
         signal.alarm(0)
+    assert stop.value.code == 1
 
 
 @FORK_ONLY
 def test_a_worker_killed_while_idle_is_a_dead_worker_not_a_broken_pipe():
-    pool = ars.WorkerPool(2, "Pendulum-v1", None, 0, 0.0, 0.0)
+    pool = ars.Workers(config(env="Pendulum-v1", workers=2))
     try:
         pool.procs[1].kill()  # between two iterations, as the kernel's OOM killer may do
         pool.procs[1].join()
-        with pytest.raises(RuntimeError, match="worker process died"):
-            pool.run(0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1, [("train", k) for k in range(4)])
+        with pytest.raises(ars.WorkerDied, match="worker process died"):
+            pool.run((0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1), [("train", k) for k in range(4)])
     finally:
         pool.close()
 
 
 @FORK_ONLY
 def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_path):
-    with pytest.raises(RuntimeError, match="worker process died"):
-        run(tmp_path, env="CrashLaterTest-v0", iterations=10, n_directions=2, top_b=1, version=1, nu=0.01,
-            alpha=0.01, eval_every=100, save_every=100)
+    result = run(tmp_path, env="CrashLaterTest-v0", iterations=10, n_directions=2, top_b=1, version=1, nu=0.01,
+                 alpha=0.01, eval_every=100, save_every=100)
+    assert result["status"] == "stopped: a worker process died"
     (run_dir,) = glob.glob(str(tmp_path / "CrashLaterTest-v0__ars__*"))
     ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
     assert int(ck["iteration"]) == 3 and int(ck["episodes"]) == 12
@@ -592,14 +543,12 @@ def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
         if line.startswith("it ") and int(line.split()[1]) >= 3:
             break
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # a second one, as `timeout` or a shell may send: it must wait
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (proc.returncode, err)
     run_dir = glob.glob(str(tmp_path / "*"))[0]
     args = config(env="Pendulum-v1")
-    state = ars.load_state(run_dir, args, 3, 1)  # a complete checkpoint, whatever the moment of the stop
-    assert state["iteration"] >= 3 and state["wall_time"] > 0
+    state = ars.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.npz"), args)  # complete
+    assert state["iteration"] >= 2 and state["wall_time"] > 0  # iteration 3 shown: 2 or 3 saved
     resumed = cli("--resume", run_dir, "--iterations", str(state["iteration"] + 1))
     assert resumed.returncode == 0, resumed.stderr
     leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout
@@ -622,7 +571,7 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     assert out.returncode == 0, out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__ars__0__*"))
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
-    assert cfg["alpha"] == ars.GENERIC["alpha"] and cfg["versions"]["numpy"] == np.__version__
+    assert cfg["alpha"] == ars.GENERIC["alpha"] and cfg["numpy"] == np.__version__
     header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
     assert header.split(",") == ars.COLUMNS and len(rows) == 3
     assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
@@ -650,23 +599,20 @@ def bad(tmp_path, *argv):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--env", "BipedalWalker-v9"], "did you mean BipedalWalker-v3"),
-    (["--env", "CartPole-v1"], "continuous (Box) actions"),
-    (["--env", "Pendulum-v1", "--n-directions", "4", "--top-b", "5"], "--top-b"),
-    (["--env", "Pendulum-v1", "--alpha", "0"], "--alpha must be positive"),
-    (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu must be positive"),
-    (["--env", "Pendulum-v1", "--nu-late", "-0.1"], "--nu-late must be 0 (off) or positive"),
-    (["--env", "Pendulum-v1", "--nu-late-from", "inf"], "must be finite numbers"),
-    (["--env", "Pendulum-v1", "--nu-late-from", "100"], "--nu-late-from goes with --nu-late"),
-    (["--env", "Pendulum-v1", "--workers", "0"], "--workers"),
-    (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid int value"),
-    (["--env", "Pendulum-v1", "--seed", "-1"], "--seed must be 0 or more"),
-    (["--env", "Pendulum-v1", "--alpha", "inf"], "must be finite numbers"),
-    (["--env", "Pendulum-v1", "--shift", "nan"], "must be finite numbers"),
-    (["--env", "Pendulum-v1", "--target-return", "nan"], "not nan"),
+    (["--env", "BipedalWalker-v9"], "It provides versioned environments: [ `v3` ]"),
+    (["--env", "BipedalWalke-v3"], "Did you mean: `BipedalWalker`?"),
+    (["--env", "CartPole-v1"], "ARS takes a flat Box of observations and Box actions"),
+    (["--env", "Pendulum-v1", "--n-directions", "4", "--top-b", "5"], "--top-b must be <= --n-directions 4"),
+    (["--env", "Pendulum-v1", "--alpha", "0"], "--alpha: must be > 0"),
+    (["--env", "Pendulum-v1", "--alpha", "inf"], "--alpha: must be > 0"),
+    (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu: must be > 0"),
+    (["--env", "Pendulum-v1", "--nu", "nan"], "--nu: must be > 0"),
+    (["--env", "Pendulum-v1", "--workers", "0"], "--workers: must be >= 1"),
+    (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid number value: 'abc'"),
+    (["--env", "Pendulum-v1", "--seed", "-1"], "--seed: must be >= 0"),
     (["--env", "Pendulum-v1", "--actions", "none"], "invalid choice"),
-    (["--env", "Pendulum-v1", "--target-return", "0", "--confirm-return", "nan"], "not nan"),
-])
+    (["--env", "Pendulum-v1", "--video"], "--video and --episodes go with --play"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_bad_flags(tmp_path, argv, message):
     assert message in bad(tmp_path, *argv)
 
@@ -687,14 +633,12 @@ def test_missing_corrupt_and_mismatched_checkpoints(tmp_path):
         np.savez(latest, **{**dict(np.load(good["run_dir"] + "/checkpoints/iter_000001.npz")), key: value})
         assert "corrupt" in bad(tmp_path, "--play", good["run_dir"]), key
     os.remove(latest)
-    assert "no checkpoint" in bad(tmp_path, "--resume", good["run_dir"])
+    assert "is no checkpoint of ars.py" in bad(tmp_path, "--resume", good["run_dir"])
     open(latest, "wb").write(saved)
     cfg_path = os.path.join(good["run_dir"], "config.json")
     cfg = json.load(open(cfg_path))
     json.dump({**cfg, "env": "MountainCarContinuous-v0"}, open(cfg_path, "w"))
-    assert "is for Pendulum-v1, not MountainCarContinuous-v0" in bad(tmp_path, "--play", good["run_dir"])
-    np.savez(latest, **{**dict(np.load(latest)), "env": np.array("MountainCarContinuous-v0")})
-    assert "shape" in bad(tmp_path, "--play", good["run_dir"])
+    assert "is for Pendulum-v1, M (1, 3), not MountainCarContinuous-v0" in bad(tmp_path, "--play", good["run_dir"])
     after = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)
              if os.path.isfile(p)}
     changed = {p for p in after if listing.get(p) != after[p]}
@@ -705,28 +649,5 @@ def test_unwritable_output_folder(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     out = cli("--env", "Pendulum-v1", "--out-dir", str(blocker / "runs"), timeout=60)
-    assert out.returncode == 2 and "cannot create the run directory" in out.stderr
+    assert out.returncode == 2 and "cannot write" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
-
-
-def test_a_resumed_run_directory_that_cannot_be_written(tmp_path):
-    good = run(tmp_path / "good", iterations=1)
-    os.mkdir(os.path.join(good["run_dir"], "config.json.tmp"))  # config.json cannot be rewritten (even as root)
-    before = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
-    line = bad(tmp_path, "--resume", good["run_dir"], "--iterations", "2")
-    assert "cannot write to the run directory" in line
-    after = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(good["run_dir"], "**"), recursive=True)}
-    assert after == before
-
-
-def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
-    second = ars.datetime.datetime(2026, 1, 2, 3, 4, 5)
-
-    class Frozen:  # datetime.datetime.now() always in the same second
-        @staticmethod
-        def now():
-            return second
-    monkeypatch.setattr(ars.datetime, "datetime", Frozen)
-    dirs = [ars.make_run_dir(str(tmp_path), "Pendulum-v1", "ars", 0) for _ in range(3)]
-    assert len(set(dirs)) == 3 and all(os.path.isdir(os.path.join(d, "checkpoints")) for d in dirs)
-    assert os.path.basename(dirs[2]) == "Pendulum-v1__ars__0__20260102-030405-3"
