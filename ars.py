@@ -5,7 +5,7 @@ https://arxiv.org/abs/1803.07055; docs/ars.md derives the math, cited below as "
     python ars.py --env BipedalWalker-v3                    # walks in about 30 minutes on 2 cores
     python ars.py --play runs/<run-dir> --episodes 100 --video
 """
-import argparse, contextlib, datetime, functools, json, math, os, signal, socket, subprocess
+import argparse, datetime, functools, json, math, os, signal, socket, subprocess
 import sys, time
 import multiprocessing as mp
 from multiprocessing.connection import wait
@@ -216,9 +216,10 @@ def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite flo
 def configure(args) -> argparse.Namespace:
     """--resume's saved options, then the preset; what no one flag can check; the workers."""
     if args.resume is not None:
-        fixed = [k for k, v in vars(args).items() if v not in (None, False) and k not in STEER]
-        check(fixed == ["resume"], f"--{', --'.join(fixed[1:]).replace('_', '-')} cannot change a "
-              f"resumed run; only --{', --'.join(STEER).replace('_', '-')} can")
+        fixed = {k for k, v in vars(args).items() if v is not None and v is not False}
+        fixed = sorted(fixed - {"resume", *STEER})  # given on the command line, and not in STEER
+        check(not fixed, f"--{', --'.join(fixed).replace('_', '-')} cannot change a resumed run; "
+              f"only --{', --'.join(STEER).replace('_', '-')} can")
         for key, value in read_config(args.resume).items():
             if getattr(args, key, False) is None and key not in ("workers", "ray_address"):
                 setattr(args, key, value)
@@ -257,7 +258,7 @@ def worker(conn, args):  # a rollout process: the parameters once per iteration,
     if sys.platform == "linux":  # PR_SET_PDEATHSIG: end with the master, even one killed -9
         __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)
     env, params = make_env(args), None
-    while (msg := conn.recv()) is not None:
+    while msg := conn.recv():
         if msg[0] == "params":
             params = msg[1]
         else:
@@ -286,12 +287,10 @@ class Workers:
         except (EOFError, OSError):  # a closed pipe: the process at its other end died
             raise WorkerDied("a worker process died") from None
         return results
-    def close(self):
-        for c, p in zip(self.conns, self.procs):
-            with contextlib.suppress(OSError):  # a worker that died takes no message
-                c.send(None)
-            p.join(timeout=5)
-            p.terminate()
+    def close(self):  # the episodes under way, if any, are not needed any more
+        for p in self.procs:
+            p.kill()
+            p.join()
 def start_ray(address):  # Ray is imported only for --ray: it stays optional
     try:
         import ray
@@ -357,9 +356,8 @@ class Run:
         self.dir, self.args, self.ev, rows = args.resume, args, np.nan, []
         if args.resume:  # the log up to the checkpoint: a resumed run redoes what came after it
             self.state = load_checkpoint(os.path.join(self.dir, "checkpoints", "latest.npz"), args)
-            with open(os.path.join(self.dir, "progress.csv")) as f:
-                rows = [r for r in f.read().splitlines()[1:]
-                        if int(r.split(",")[0]) <= self.state["iteration"]]
+            rows = [r for r in open(os.path.join(self.dir, "progress.csv")).read().splitlines()[1:]
+                    if int(r.split(",")[0]) <= self.state["iteration"]]
         try:
             if not args.resume:
                 self.dir = os.path.join(args.out_dir, f"{args.env}__ars__{args.seed}__"
@@ -414,11 +412,13 @@ class Run:
 def save_checkpoint(run_dir: str, state: dict, env_id: str):  # written whole, then renamed
     (n, mean, m2), c = state["stats"], {k: v for k, v in state.items() if k != "stats"}
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # a stop
-    for name in (f"iter_{state['iteration']:06d}.npz", "latest.npz"):  # waits for the files
-        np.savez(tmp := os.path.join(run_dir, "checkpoints", "tmp.npz"), **c, env=env_id,
-                 obs_count=n, obs_mean=mean, obs_m2=m2)
-        os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
-    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    try:  # waits for the files
+        for name in (f"iter_{state['iteration']:06d}.npz", "latest.npz"):
+            np.savez(tmp := os.path.join(run_dir, "checkpoints", "tmp.npz"), **c, env=env_id,
+                     obs_count=n, obs_mean=mean, obs_m2=m2)
+            os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 def load_checkpoint(path: str, args) -> dict:
     try:
         with np.load(path, allow_pickle=False) as f:

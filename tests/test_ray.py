@@ -29,7 +29,8 @@ def parse(module, **kw):
     argv = []
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
-    return module.resolve_config(module.build_parser().parse_args(argv))
+    resolve = getattr(module, "configure", None) or module.resolve_config  # ars.py: configure
+    return resolve(module.build_parser().parse_args(argv))
 
 
 ARS_TINY = dict(env="Pendulum-v1", iterations=4, n_directions=6, top_b=3, eval_every=2, eval_episodes=2, seed=3)
@@ -50,9 +51,16 @@ def cluster():
     c.shutdown()
 
 
+def where(actor) -> tuple:
+    """(process id, node id) of a Ray actor."""
+    if hasattr(actor, "where"):  # es_openai.py's actors say it themselves
+        return ray.get(actor.where.remote())
+    return ray.get(actor.__ray_call__.remote(lambda self: (os.getpid(), ray.get_runtime_context().get_node_id())))
+
+
 def kill_one_actor_soon(pool, delay: float):
     """SIGKILL the process of one Ray actor of `pool` after `delay` seconds, as a crash would."""
-    pid = ray.get(pool.actors[0].where.remote())[0]
+    pid = where(pool.actors[0])[0]
     timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
     timer.start()
     return pid, timer
@@ -70,17 +78,16 @@ def lost_node_scenario():
         c.wait_for_nodes()
         jobs = [("train", k) for k in range(64)]  # about a second of episodes: the node goes mid-run
         params = (1, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-        pool = ars.RayPool(2, "Pendulum-v1", None, 0, 0.0, 0.0)
-        pool.timeout = 60.0
-        before = pool.run(*params, jobs)
-        assert len(set([ray.get(a.where.remote())[1] for a in pool.actors])) == 2
+        pool = ars.RayPool(parse(ars, env="Pendulum-v1", ray=True, workers=2))
+        before = pool.run(params, jobs)
+        assert len(set([where(a)[1] for a in pool.actors])) == 2
         timer = threading.Timer(0.1, c.remove_node, (node,))
         timer.start()
-        after = pool.run(*params, jobs)  # the actor of the lost node comes back on the head node
+        after = pool.run(params, jobs)  # the actor of the lost node comes back on the head node
         timer.join()
         assert all(after[k][0][:3] == before[k][0][:3] for k in range(64))
         assert len(ray.nodes()) == 2 and sum(n["Alive"] for n in ray.nodes()) == 1
-        assert len(set([ray.get(a.where.remote())[1] for a in pool.actors])) == 1  # both on the head now
+        assert len(set([where(a)[1] for a in pool.actors])) == 1  # both on the head now
         pool.close()
     finally:
         ray.shutdown()
@@ -114,10 +121,10 @@ def test_ars_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
 def test_ars_workers_default_to_the_cluster_cpus_and_spread_over_both_nodes(cluster):
     args = parse(ars, **ARS_TINY, ray=True)
     assert args.workers == 4
-    pool = ars.RayPool(args.workers, args.env, None, 0, 0.0, 0.0)
+    pool = ars.RayPool(args)
     try:
-        pool.run(0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1, [("train", k) for k in range(4)])
-        nodes = [ray.get(a.where.remote())[1] for a in pool.actors]
+        pool.run((0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1), [("train", k) for k in range(4)])
+        nodes = [where(a)[1] for a in pool.actors]
         assert len(set(nodes)) == 2
     finally:
         pool.close()
@@ -127,18 +134,18 @@ def test_ars_workers_default_to_the_cluster_cpus_and_spread_over_both_nodes(clus
 def test_ars_survives_a_killed_worker_with_the_same_results(cluster):
     jobs = [("train", k) for k in range(12)]
     params = (7, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-    local = ars.WorkerPool(1, "Pendulum-v1", None, 0, 0.0, 0.0)
+    local = ars.Workers(parse(ars, env="Pendulum-v1", workers=1))
     try:
-        expected = local.run(*params, jobs)
+        expected = local.run(params, jobs)
     finally:
         local.close()
-    pool = ars.RayPool(2, "Pendulum-v1", None, 0, 0.0, 0.0)
+    pool = ars.RayPool(parse(ars, env="Pendulum-v1", ray=True, workers=2))
     try:
         pid, timer = kill_one_actor_soon(pool, 0.05)
-        got = pool.run(*params, jobs)
+        got = pool.run(params, jobs)
         timer.join()
-        assert ray.get(pool.actors[0].where.remote())[0] != pid  # Ray restarted the actor
-        got_again = pool.run(*params, jobs)  # the restarted actor fetches the parameters again
+        assert where(pool.actors[0])[0] != pid  # Ray restarted the actor
+        got_again = pool.run(params, jobs)  # the restarted actor fetches the parameters again
     finally:
         pool.close()
     for k in range(12):
@@ -148,15 +155,14 @@ def test_ars_survives_a_killed_worker_with_the_same_results(cluster):
 
 @NEEDS_RAY
 def test_ars_lost_worker_beyond_the_retries_stops_with_a_checkpoint(cluster, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ars.RayPool, "retries", 0)
     real_run = ars.RayPool.run
 
-    def run_then_kill(self, iteration, *rest):  # the actor dies during iteration 2
-        if iteration == 2 and not getattr(self, "killed", False):
+    def run_then_kill(self, params, jobs):  # the actor is lost for good during iteration 3
+        if params[0] == 2 and not getattr(self, "killed", False):
             self.killed = True
-            os.kill(ray.get(self.actors[0].where.remote())[0], signal.SIGKILL)
+            ray.kill(self.actors[0], no_restart=True)
             time.sleep(1)
-        return real_run(self, iteration, *rest)
+        return real_run(self, params, jobs)
 
     monkeypatch.setattr(ars.RayPool, "run", run_then_kill)
     with pytest.raises(SystemExit) as stop:
@@ -333,7 +339,6 @@ def test_a_reachable_ray_client_url_passes_the_address_check(script, monkeypatch
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw["address"]))
-    monkeypatch.setattr(ars, "RAY_STARTED", [])  # nothing is started: stop_ray() must not shut anything down
     monkeypatch.setattr(eo, "RAY_STARTED", [])
     try:
         start(address)

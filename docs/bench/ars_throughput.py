@@ -26,7 +26,7 @@ def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) 
     """Per iteration of ars.py: (training episodes, env steps, seconds of its training part:
     rollouts, update and statistics; evaluation excluded)."""
     with tempfile.TemporaryDirectory() as out:
-        args = ars.resolve_config(ars.build_parser().parse_args(
+        args = ars.configure(ars.build_parser().parse_args(
             ["--env", env_id, "--iterations", str(iterations), "--n-directions", str(n_directions),
              "--top-b", str(n_directions), "--workers", str(workers), "--eval-every", str(10**6),
              "--eval-episodes", "1", "--out-dir", out]))
@@ -36,7 +36,8 @@ def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) 
         finally:
             sys.stdout.close()
             sys.stdout = devnull
-        rows = ars.read_csv_rows(os.path.join(out, os.listdir(out)[0], "progress.csv"))
+        with open(os.path.join(out, os.listdir(out)[0], "progress.csv")) as f:
+            rows = [line.split(",") for line in f.read().splitlines()[1:]]
     steps = np.diff(np.r_[0, [int(r[2]) for r in rows]])
     return [(2 * n_directions, int(n), n / float(r[10])) for n, r in zip(steps, rows)]
 
@@ -52,11 +53,7 @@ def main():
     if a.iterations < 2 or not 1 <= a.n_directions <= 10**4 or a.repeats < 1:
         p.error("--iterations must be at least 2 (the first is left out), --n-directions 1 to 10000, "
                 "--repeats at least 1")
-    try:
-        ars.check_env(a.env)
-    except ars.UserError as e:
-        p.error(str(e))
-    ars.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
+    ars.configure(ars.build_parser().parse_args(["--env", a.env]))  # an unusable id: one line, exit 2
     measure(ars, "ars.py", a.env, lambda workers: ars_training(a.env, workers, a.iterations, a.n_directions),
             a.repeats, random_episodes=4 * a.n_directions)
 

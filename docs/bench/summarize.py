@@ -17,7 +17,7 @@ import ars  # noqa: E402
 
 def summarize(run_dir: str) -> str:
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
-    rows = ars.read_csv_rows(os.path.join(run_dir, "progress.csv"))
+    rows = [line.split(",") for line in open(os.path.join(run_dir, "progress.csv")).read().splitlines()[1:]]
     if not rows:
         return f"| {cfg['env']} | {cfg['seed']} | no iteration logged | | | | | | |"
     last = rows[-1]
