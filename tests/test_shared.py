@@ -92,24 +92,17 @@ def test_the_helpers_copied_between_scripts_are_identical():
     import inspect
     for name, copies in (("stream", (es_basic, ars, es_openai)), ("centered_ranks", (es_basic, es_openai))):
         assert len({inspect.getsource(getattr(m, name)) for m in copies}) == 1, name
-    assert ars.SHARED_COLUMNS == es_openai.SHARED_COLUMNS == es_basic.COLUMNS.split()[:11]
+    assert ars.COLUMNS[:11] == es_openai.SHARED_COLUMNS == es_basic.COLUMNS.split()[:11]
 
 
 # ---------------------------------------------------------------- a run directory of another script
 
 @pytest.mark.parametrize("script", SCRIPTS)
-@pytest.mark.parametrize("old_config", [False, True], ids=["config", "config-without-script-key"])
-def test_a_run_directory_of_another_script_is_refused_and_left_untouched(runs, script, old_config, tmp_path, capsys):
+def test_a_run_directory_of_another_script_is_refused_and_left_untouched(runs, script, tmp_path, capsys):
     for other in SCRIPTS:
         if other == script:
             continue
         run_dir = copy_of(runs, other, tmp_path / other)
-        if old_config and (other == "es_basic.py" or script != "es_openai.py"):  # every config.json
-            continue  # of es_basic.py names its script; only es_openai.py reads a folder's name
-        if old_config:  # written before config.json named its script: the folder's name says it
-            cfg = json.load(open(os.path.join(run_dir, "config.json")))
-            del cfg["script"]
-            json.dump(cfg, open(os.path.join(run_dir, "config.json"), "w"))
         before = digest(run_dir)
         for flag in ("--resume", "--play") if script != "es_basic.py" else ("--play",):
             line = one_error_line(call(capsys, script, flag, run_dir, "--iterations", "2"))
