@@ -5,7 +5,7 @@ https://arxiv.org/abs/1803.07055; docs/ars.md derives the math, cited below as "
     python ars.py --env BipedalWalker-v3                    # walks in about 30 minutes on 2 cores
     python ars.py --play runs/<run-dir> --episodes 100 --video
 """
-import argparse, datetime, functools, json, math, os, signal, socket, subprocess
+import argparse, contextlib, datetime, functools, json, math, os, signal, socket, subprocess
 import sys, time
 import multiprocessing as mp
 from multiprocessing.connection import wait
@@ -30,8 +30,7 @@ PRESETS = {
 }
 GENERIC = dict(env="BipedalWalker-v3", seed=0, alpha=0.02, nu=0.03, n_directions=16, top_b=8,
                shift=0.0, version=2, reward_clip=0.0, actions="clipped", iterations=300,
-               eval_every=10, eval_episodes=10, save_every=10, confirm_episodes=0, out_dir="runs",
-               episodes=10)  # under every preset; episodes last the time limit or --episode-length
+               eval_every=10, eval_episodes=10, save_every=10, confirm_episodes=0, out_dir="runs")
 STEER = ("iterations", "workers", "target_return", "save_every", "video_every", "alpha", "nu",
          "ray", "ray_address")  # what --resume takes again: where a run goes on, or its step sizes
 def build_parser() -> argparse.ArgumentParser:
@@ -144,8 +143,7 @@ def rollout(env, M, mu, inv_sigma, env_seed: int, shift=0.0, reward_clip=0.0, ke
     stats = batch_stats(np.asarray(observed, dtype=np.float64)) if keep_obs else None
     return float(total), float(shaped), steps, stats
 def job(env, args, params: tuple, kind: str, k: int) -> tuple:
-    """("train", k): the pair of direction k (Eq. 3) on one environment seed (the official code
-    does not reseed); ("eval", k): noiseless, raw rewards, unseen by the normalizer. No vectors."""
+    """("train", k): direction k's pair (Eq. 3) on one env seed; ("eval", k): noiseless, raw."""
     (iteration, M, mu, inv_sigma, nu), clip = params, args.actions == "clipped"
     if kind == "train":
         delta = sample_direction(args.seed, iteration, k, M.shape)
@@ -159,8 +157,7 @@ def job(env, args, params: tuple, kind: str, k: int) -> tuple:
 def ars_iteration(pool, state: dict, args) -> tuple:
     """N mirrored pairs, the update of M from the top b, the merge of the statistics."""
     j, M, stats, N = state["iteration"], state["M"], state["stats"], args.n_directions
-    t0 = time.time()
-    mu, inv_sigma = normalizer(stats, args.version)  # frozen for the whole iteration (Eq. 2)
+    mu, inv_sigma, t0 = *normalizer(stats, args.version), time.time()  # frozen all along (Eq. 2)
     out = pool.run((j, M, mu, inv_sigma, args.nu), [("train", k) for k in range(N)])  # Eq. (3)
     plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]  # (R, shaped, L, s)
     direction = functools.partial(sample_direction, args.seed, j, shape=M.shape)  # delta_k again
@@ -242,8 +239,8 @@ def configure(args) -> argparse.Namespace:
 def make_env(args, render=False):
     kw = dict(max_episode_steps=args.episode_length) if args.episode_length else {}
     env = gym.make(args.env, **kw, **({"render_mode": "rgb_array"} if render else {}))
-    model = getattr(env.unwrapped, "model", None)  # MuJoCo films with the camera that follows
-    if render and model and "track" in [model.camera(i).name for i in range(model.ncam)]:
+    if render and (m := getattr(env.unwrapped, "model", None)) and "track" in [  # MuJoCo: the
+            m.camera(i).name for i in range(m.ncam)]:  # camera that follows the body
         env = gym.make(args.env, camera_name="track", render_mode="rgb_array", **kw)
     return env
 def reset_env(env, seed: int):
@@ -482,6 +479,9 @@ def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXX
           f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {state['iteration']}")
     return R
 def main(argv=None):
+    with contextlib.suppress(ImportError):  # MuJoCo 3.3+ warns of gymnasium's settotalmass, into
+        __import__("mujoco").set_mju_user_warning(lambda m: "settotalmass" in m or print(  # a file
+            f"MuJoCo warning: {m.strip()}", file=sys.stderr))  # in the current folder too
     args = build_parser().parse_args(argv)
     check(args.play is not None or not (args.video or args.episodes),
           "--video and --episodes go with --play RUN_DIR")

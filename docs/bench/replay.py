@@ -34,6 +34,7 @@ tens of percent between repetitions. `measure` reports both:
   (`core_swings.py`: r = -0.13 and 0.06 over 40 one-second windows), so there the pairing did not
   narrow the spread.
 """
+import argparse
 import contextlib
 import glob
 import importlib
@@ -72,6 +73,14 @@ class Recorder:
         return out
 
 
+def make(module, env_id: str):
+    """An environment as the script makes it: ars.py's make_env takes its options, es_openai.py's
+    the id and an episode length."""
+    if module.__name__ == "ars":
+        return module.make_env(argparse.Namespace(env=env_id, episode_length=None))
+    return module.make_env(env_id, None)
+
+
 @contextlib.contextmanager
 def recording(module, folder: str):
     """Patch module.make_env so that every environment made for training records its episodes."""
@@ -100,7 +109,7 @@ def load_episodes(folder: str, part: int = 0, parts: int = 1, skip: int = 0) -> 
 
 def random_loop(module, env_id: str, episodes: int, seed: int = 0) -> float:
     """env.step steps per second with precomputed uniform random actions, resets included."""
-    env = module.make_env(env_id, None)
+    env = make(module, env_id)
     rng = np.random.default_rng(seed)
     low, high = env.action_space.low, env.action_space.high
     actions = rng.uniform(low, high, size=(4096, *low.shape))
@@ -120,7 +129,7 @@ def replay(module, env_id: str, folder: str, part: int = 0, parts: int = 1, skip
     of steps replayed, and how many episodes did not give back their recorded return (0 when
     the replay followed the training's trajectories). part, parts, skip: as load_episodes."""
     episodes = load_episodes(folder, part, parts, skip)
-    env = module.make_env(env_id, None)
+    env = make(module, env_id)
     steps, returns, t0 = 0, [], time.perf_counter()
     for seed, actions, _ in episodes:
         module.reset_env(env, seed)  # as the scripts' rollouts reset
@@ -153,7 +162,7 @@ def replay_parallel(module, env_id: str, folder: str, processes: int, skip: int 
 def replay_groups(module, env_id: str, folder: str, sizes: list) -> list:
     """Seconds to replay each group of consecutive recorded episodes; sizes: episodes per group."""
     episodes = load_episodes(folder)
-    env = module.make_env(env_id, None)
+    env = make(module, env_id)
     seconds, i = [], 0
     for n in sizes:
         t0 = time.perf_counter()
@@ -171,7 +180,7 @@ def _replay_beside(module_name: str, env_id: str, folder: str, skip: int, stop, 
     """Replay the recorded episodes (from episode skip on) over and over until stop is set; put
     on queue the (time, steps so far) after each episode."""
     episodes, module = load_episodes(folder, skip=skip), importlib.import_module(module_name)
-    env = module.make_env(env_id, None)
+    env = make(module, env_id)
     marks, steps = [(time.perf_counter(), 0)], 0
     while not stop.is_set():
         for seed, actions, _ in episodes:

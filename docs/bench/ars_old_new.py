@@ -1,0 +1,57 @@
+"""Training throughput of two versions of ars.py, interleaved: steps/s with 1 and with 2 workers.
+
+    git worktree add ../old 8f57846
+    python docs/bench/ars_old_new.py ../old/ars.py ars.py --env HalfCheetah-v5 --repeats 5
+
+Each repetition runs, one after the other: the first script with 1 worker, the second with 1,
+the first with 2, the second with 2 (10 iterations of N = b = 8 directions, no evaluation).
+A run's rate is the median of the steps_per_s column (the training part of an iteration)
+over iterations 2 to 10. Prints each repetition, then the medians and the ratios new / old.
+"""
+import argparse
+import csv
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def rate(script: str, env_id: str, workers: int) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, script, "--env", env_id, "--iterations", "10", "--n-directions", "8",
+                        "--top-b", "8", "--eval-every", "1000000", "--eval-episodes", "1", "--workers",
+                        str(workers), "--out-dir", out], check=True, capture_output=True)
+        (path,) = glob.glob(os.path.join(out, "*", "progress.csv"))
+        with open(path) as f:
+            return statistics.median(float(r["steps_per_s"]) for r in list(csv.DictReader(f))[1:])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.error = lambda message: p.exit(2, f"ars_old_new.py: error: {message}\n")  # one line, no usage block
+    p.add_argument("old")
+    p.add_argument("new")
+    p.add_argument("--env", default="HalfCheetah-v5")
+    p.add_argument("--repeats", type=int, default=5)
+    a = p.parse_args()
+    if a.repeats < 1 or not (os.path.isfile(a.old) and os.path.isfile(a.new)):
+        p.error("give two ars.py files and --repeats at least 1")
+    rates = {(who, w): [] for who in ("old", "new") for w in (1, 2)}
+    for k in range(a.repeats):
+        for w in (1, 2):
+            for who, script in (("old", a.old), ("new", a.new)):
+                rates[who, w].append(rate(script, a.env, w))
+        print(f"repetition {k + 1}: " + ", ".join(f"{who} {w}w {r[-1]:,.0f}" for (who, w), r in rates.items()),
+              flush=True)
+    med = {key: statistics.median(r) for key, r in rates.items()}
+    for w in (1, 2):
+        print(f"{w} worker(s): old {med['old', w]:,.0f}, new {med['new', w]:,.0f} steps/s, "
+              f"new / old {med['new', w] / med['old', w]:.3f}")
+    for who in ("old", "new"):
+        print(f"{who}: 2 workers / 1 = {med[who, 2] / med[who, 1]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
