@@ -200,7 +200,7 @@ def train(args) -> dict:
 # ---- plumbing: checks, workers, Ray, run directory, checkpoints, --play, main ----
 class WorkerDied(Exception):
     """A rollout process or Ray actor is gone: the run stops with its last checkpoint."""
-def check(ok, message: str):  # a user's mistake: one line, exit status 2, nothing written
+def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
     if not ok:
         build_parser().error(message)
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low

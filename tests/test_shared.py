@@ -90,7 +90,8 @@ def copy_of(runs, script, tmp_path) -> str:
 def test_the_helpers_copied_between_scripts_are_identical():
     """Each script reads alone, so the few helpers they share are copies, kept equal here."""
     import inspect
-    for name, copies in (("stream", (es_basic, ars, es_openai)), ("centered_ranks", (es_basic, es_openai))):
+    for name, copies in (("stream", (es_basic, ars, es_openai)), ("centered_ranks", (es_basic, es_openai)),
+                         ("check", (es_basic, ars)), ("at_least", (es_basic, ars))):
         assert len({inspect.getsource(getattr(m, name)) for m in copies}) == 1, name
     assert ars.COLUMNS[:11] == es_openai.SHARED_COLUMNS == es_basic.COLUMNS.split()[:11]
 
