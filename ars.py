@@ -487,8 +487,8 @@ def main(argv=None):
           "--video and --episodes go with --play RUN_DIR")
     try:
         result = play(args) if args.play is not None else train(configure(args))
-    except OSError as e:  # the disk filled during a run
-        sys.exit(f"ars.py: error: cannot write {e.filename}: {e.strerror} (last checkpoint kept)")
+    except OSError as e:  # a --video folder that takes no file, a disk full (the checkpoints stay)
+        check(False, f"cannot write {e.filename}: {e.strerror}")
     except KeyboardInterrupt:  # during --play, or while a run starts
         sys.exit(130)
     if args.play is None and result["status"] not in ("done", "target"):
