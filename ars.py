@@ -13,8 +13,8 @@ import gymnasium as gym
 import numpy as np
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
-# MuJoCo: RL Baselines3 Zoo's and the official code's Humanoid (docs/ars.md, "Presets", names each
-# source). Unset: version 2, shift 0, no reward clip, and the GENERIC row's evaluation settings.
+# MuJoCo: RL Baselines3 Zoo's and the official code's Humanoid. Unset: V2, no shift or clip, and
+# GENERIC's evaluation; GENERIC's alpha, nu, N, b: tasks with no preset (docs/ars.md, "Presets").
 PRESETS = {
     "Swimmer-v5": dict(alpha=0.02, nu=0.01, n_directions=1, top_b=1, version=1, iterations=1000),
     "Hopper-v5": dict(alpha=0.01, nu=0.025, n_directions=8, top_b=4, shift=1.0, iterations=1000),
@@ -28,7 +28,7 @@ PRESETS = {
                              iterations=1000, eval_episodes=20, target_return=300.0,
                              confirm_episodes=100),  # docs/ars.md, "BipedalWalker-v3"
 }
-GENERIC = dict(env="BipedalWalker-v3", seed=0, alpha=0.02, nu=0.03, n_directions=16, top_b=8,
+GENERIC = dict(env="BipedalWalker-v3", seed=0, alpha=0.05, nu=0.1, n_directions=32, top_b=16,
                shift=0.0, version=2, reward_clip=0.0, actions="clipped", iterations=300,
                eval_every=10, eval_episodes=10, save_every=10, confirm_episodes=0, out_dir="runs")
 STEER = ("iterations", "workers", "target_return", "save_every", "video_every", "alpha", "nu",

@@ -1,9 +1,11 @@
-"""Training throughput of two versions of ars.py, interleaved: steps/s with 1 and with 2 workers.
+"""Training throughput of two versions of ars.py, interleaved: steps/s with 1 and with 2 workers,
+and with 1 worker over a bare env.step loop timed in the same repetition.
 
     git worktree add ../old 8f57846
     python docs/bench/ars_old_new.py ../old/ars.py ars.py --env HalfCheetah-v5 --repeats 5
 
-Each repetition runs, one after the other: the first script with 1 worker, the second with 1,
+Each repetition runs, one after the other: a bare loop (env.step with actions drawn beforehand,
+10 episodes of the environment's seeds 0-9), the first script with 1 worker, the second with 1,
 the first with 2, the second with 2 (10 iterations of N = b = 8 directions, no evaluation).
 A run's rate is the median of the steps_per_s column (the training part of an iteration)
 over iterations 2 to 10. Prints each repetition, then the medians and the ratios new / old.
@@ -16,6 +18,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+
+import gymnasium as gym
+import numpy as np
 
 
 def rate(script: str, env_id: str, workers: int) -> float:
@@ -28,6 +34,29 @@ def rate(script: str, env_id: str, workers: int) -> float:
             return statistics.median(float(r["steps_per_s"]) for r in list(csv.DictReader(f))[1:])
 
 
+def bare_rate(env_id: str, episodes: int = 10) -> float:
+    """env.step alone: steps/s over episodes of uniform random actions, resets excluded."""
+    try:  # MuJoCo 3.3+ warns of gymnasium's settotalmass on every make
+        __import__("mujoco").set_mju_user_warning(lambda message: None)
+    except ImportError:
+        pass
+    env, steps, seconds = gym.make(env_id), 0, 0.0
+    rng = np.random.default_rng(0)
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        n = env.spec.max_episode_steps or 1000
+        actions = rng.uniform(env.action_space.low, env.action_space.high, (n, env.action_space.shape[0]))
+        step, t0 = env.step, time.perf_counter()
+        for a in actions:
+            steps += 1
+            _, _, terminated, truncated, _ = step(a)
+            if terminated or truncated:
+                break
+        seconds += time.perf_counter() - t0
+    env.close()
+    return steps / seconds
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.error = lambda message: p.exit(2, f"ars_old_new.py: error: {message}\n")  # one line, no usage block
@@ -38,8 +67,9 @@ def main():
     a = p.parse_args()
     if a.repeats < 1 or not (os.path.isfile(a.old) and os.path.isfile(a.new)):
         p.error("give two ars.py files and --repeats at least 1")
-    rates = {(who, w): [] for who in ("old", "new") for w in (1, 2)}
+    rates = {(who, w): [] for who in ("bare", "old", "new") for w in (1, 2) if who != "bare" or w == 1}
     for k in range(a.repeats):
+        rates["bare", 1].append(bare_rate(a.env))
         for w in (1, 2):
             for who, script in (("old", a.old), ("new", a.new)):
                 rates[who, w].append(rate(script, a.env, w))
@@ -50,7 +80,9 @@ def main():
         print(f"{w} worker(s): old {med['old', w]:,.0f}, new {med['new', w]:,.0f} steps/s, "
               f"new / old {med['new', w] / med['old', w]:.3f}")
     for who in ("old", "new"):
-        print(f"{who}: 2 workers / 1 = {med[who, 2] / med[who, 1]:.2f}x")
+        per_core = statistics.median(r / b for r, b in zip(rates[who, 1], rates["bare", 1]))
+        print(f"{who}: 1 worker / bare loop {per_core:.3f} (median of the repetitions' ratios), "
+              f"2 workers / 1 = {med[who, 2] / med[who, 1]:.2f}x")
 
 
 if __name__ == "__main__":
