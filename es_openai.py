@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--beta1", type=r(0, 1), help="Adam β1 (default 0.9)")
     a("--beta2", type=r(0, 1), help="Adam β2 (default 0.999)")
     a("--l2coeff", type=r(0, math.inf), help="λ, L2 weight decay (starter 0.005)")
-    a("--fitness", choices=("centered_rank", "sign", "centered_sign_rank", "none"), help="Eq. 4-5")
+    a("--fitness", choices=("centered_rank", "sign", "centered_sign_rank", "none"),
+      help="return_proc_mode: returns to weights (Eqs. 4-5)")
     a("--no-mirror", dest="mirror", action="store_false", default=None, help="no mirrored pairs")
     a("--hidden", help="hidden layer sizes, e.g. 64,64 (preset)")
     a("--activation", choices=("tanh", "relu", "lrelu", "elu"), help="hidden nonlinearity")
@@ -266,20 +267,20 @@ def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
     policy = lambda thetas: Policy(thetas, args.sizes, args.activation, args.act,  # noqa: E731
                                    args.ac_bins, task["ob_mean"], task["ob_std"], task["ob_clip"])
     theta, out, pairs, signs = task["theta"], {}, [], (1.0, -1.0) if args.mirror else (1.0,)
-    for kind, t, k in jobs:  # the job's stream decides, in this order:
+    for i, (kind, t, k) in enumerate(jobs):  # the job's stream decides, in this order:
         rng, t0 = stream(args.seed, TRAIN if kind == "train" else EVAL, t, k), time.perf_counter()
         noiseless = kind == "eval" or rng.random() < args.eval_prob  # a noiseless episode or not,
         env_seed = int(rng.integers(2**31))  # the episodes' seed (deviation: the starter's differ),
         if noiseless:  # an evaluation episode, or one of --eval-prob
             (R, _, L, _), = rollouts(envs, policy([theta]), [env_seed])[0]
-            out[k] = (R, L) if kind == "eval" else ("noiseless", R, L)
+            out[i] = (R, L) if kind == "eval" else ("noiseless", R, L)
             continue
         idx = int(rng.integers(0, len(table) - theta.size + 1))  # the noise index,
         keep = bool(rng.random() < args.calc_obstat_prob * args.obs_norm)  # record (deviation: per
         eps, t1 = table[idx:idx + theta.size], time.perf_counter()  # pair: per episode in the
         thetas = [theta + (s * args.sigma) * eps for s in signs]  # starter); theta +- sigma eps_i
         t2 = time.perf_counter()  # then the action noise, in rollouts
-        job = (k, idx, keep, thetas, env_seed, rng, dict(noise=t1 - t0, set_params=t2 - t1,
+        job = (i, idx, keep, thetas, env_seed, rng, dict(noise=t1 - t0, set_params=t2 - t1,
                                                          mutation=t2 - t0))
         if args.mirror:
             pairs.append(job)  # stepped below, with the other pairs of this message
@@ -291,14 +292,14 @@ def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
         episodes = rollouts(envs, policy([th for j in pairs for th in j[3]]), [j[4] for j in pairs],
                             [j[5] for j in pairs], args.ac_noise_std, [j[2] for j in pairs])
         out.update(result(pairs, *episodes, time.perf_counter() - t0))
-    return [(k, out[k]) for _, _, k in jobs]
+    return [(k, out[i]) for i, (_, _, k) in enumerate(jobs)]
 def result(jobs: list, episodes: list, t_policy: float, t_env: float, seconds: float):
     """Population results ("pair", idx, returns, sign returns, lengths, ob_sum, ob_sumsq, times)."""
     per, steps, out = len(episodes) // len(jobs), sum(e[2] for e in episodes), {}
-    for j, (k, idx, keep, _, _, _, times) in enumerate(jobs):
+    for j, (i, idx, keep, _, _, _, times) in enumerate(jobs):
         mine = episodes[per * j:per * j + per]
         sums = [sum(e[3][i] for e in mine) for i in (0, 1)] if keep else [None, None]
-        out[k] = ("pair", idx, [e[0] for e in mine], [e[1] for e in mine], [e[2] for e in mine],
+        out[i] = ("pair", idx, [e[0] for e in mine], [e[1] for e in mine], [e[2] for e in mine],
                   *sums, dict(times, mutation=times["mutation"] + seconds / len(jobs),
                               policy_us=1e6 * t_policy / steps, env_us=1e6 * t_env / steps))
     return out
@@ -316,8 +317,7 @@ class Generation:
         while len(jobs) < min(lockstep, max(1, -(-left // workers))) and self.closed_at is None \
                 and (self.handed < a.population or steps(results.values()) < a.min_timesteps):
             jobs.append(("train", self.t, self.k))  # the master draws the job's first number too
-            noiseless = stream(a.seed, TRAIN, self.t, self.k).random() < a.eval_prob
-            self.handed += 0 if noiseless else per
+            self.handed += per * (stream(a.seed, TRAIN, self.t, self.k).random() >= a.eval_prob)
             self.k += 1
         return jobs
     def done(self, results: dict) -> bool:
@@ -448,13 +448,6 @@ def configure(args) -> argparse.Namespace:
         args.ac_noise_std
     args.act, args.sizes = act, layer_sizes(obs.shape[0], [int(h) for h in args.hidden.split(
         ",")], act, args.ac_bins)
-    dim = sum(i * o + o for i, o in zip(args.sizes[:-1], args.sizes[1:]))
-    check(args.noise_size >= dim, f"--noise-size {args.noise_size} is smaller than the policy's "
-          f"{dim} parameters")
-    free = next((int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith(
-        "MemAvailable")), math.inf) if os.path.exists("/proc/meminfo") else math.inf
-    check(4 * args.noise_size < free, f"the noise table needs {4 * args.noise_size / 2**30:.2f} GiB"
-          f" and memory has {free / 2**30:.2f} GiB available: lower --noise-size")
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
     args.workers = args.workers or (int(start_ray(args.ray_address).cluster_resources()["CPU"])
                                     if args.ray else len(os.sched_getaffinity(0)))
@@ -605,6 +598,13 @@ class Run:
     """The run directory, the progress line, the snapshots, the workers, how a run ends."""
     def __init__(self, args):
         theta = normc_init(args.sizes, stream(args.seed, INIT))
+        check(args.noise_size >= theta.size, f"--noise-size {args.noise_size} is smaller than the "
+              f"policy's {theta.size} parameters")
+        mem = open("/proc/meminfo").read().split() if os.path.exists("/proc/meminfo") else []
+        free = int(mem[mem.index("MemAvailable:") + 1]) * 1024 if "MemAvailable:" in mem else \
+            math.inf
+        check(4 * args.noise_size < free, f"the noise table needs {4 * args.noise_size / 2**30:.2f}"
+              f" GiB and memory has {free / 2**30:.2f} GiB available: lower --noise-size")
         self.state = dict(theta=theta, opt_m=0 * theta, opt_v=0 * theta, opt_t=0, iteration=0,
                           ob_sum=np.zeros(args.sizes[0]), ob_sumsq=np.full(args.sizes[0], 1e-2),
                           ob_count=1e-2, episodes=0, env_steps=0, wall_time=0.0)
@@ -662,11 +662,11 @@ class Run:
             save_checkpoint(self.dir, state, a, snapshot)
             plot(self.dir, f"OpenAI ES on {a.env}")
     def end(self, state: dict, status: str) -> dict:
-        """Stops the workers; the last logged state checkpointed and plotted; the last line."""
-        self.pool.close()
+        """The last logged state checkpointed; the workers stopped; the plot; the last line."""
         self.csv.close()
         c, a = state, self.args  # a finished run's last state is a snapshot too
         save_checkpoint(self.dir, state, a, snapshot=status in ("done", "target"))
+        self.pool.close()
         best, at = plot(self.dir, f"OpenAI ES on {a.env}") if c["iteration"] else (np.nan, 0)
         done = f"{c['iteration']}: {c['episodes']} episodes, {c['env_steps']} env steps"
         print({"target": f"target {a.target_return} reached at generation {done}", "done": (
@@ -737,12 +737,12 @@ def write_gif(args, state: dict, path: str) -> str:
     images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
     return path
 def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN_DIR
-    path = args.play or args.evaluate_snapshots  # RUN_DIR's options, then the policies to play
+    path = args.evaluate_snapshots if args.play is None else args.play  # its options, policies
     run_dir = os.path.dirname(os.path.dirname(path)) if path.endswith(".npz") else path
     vars(args).update({k: v for k, v in read_config(run_dir).items() if k in (
         "env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length")})
     args.workers, args.seed = args.workers or len(os.sched_getaffinity(0)), args.seed or 0
-    args.ac_noise_std, args.noise_size, args.episodes = 0.0, 1, args.episodes or 10
+    args.ac_noise_std, args.episodes = 0.0, args.episodes or 10
     configure(args)
     folder = os.path.join(run_dir, "checkpoints")
     names = [path] if path.endswith(".npz") else [os.path.join(folder, "latest.npz")] if \

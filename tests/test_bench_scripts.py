@@ -13,7 +13,7 @@ BENCH = os.path.join(ROOT, "docs", "bench")
 CASES = [
     ("ars_throughput.py", ["--repeats", "0"], "--repeats at least 1"),
     ("es_openai_throughput.py", ["--population", "3"], "--population must be even"),
-    ("es_openai_throughput.py", ["--env", "NoSuch-v0"], "unknown environment 'NoSuch-v0'"),
+    ("es_openai_throughput.py", ["--env", "NoSuch-v0"], "`NoSuch` doesn't exist"),
     ("es_basic_compare.py", ["--seeds", "0"], "--seeds at least 1"),
     ("core_swings.py", ["--seconds", "1"], "--seconds must be at least 3"),
     ("summarize.py", [], "required: RUN_DIR"),

@@ -29,8 +29,7 @@ def parse(module, **kw):
     argv = []
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
-    resolve = getattr(module, "configure", None) or module.resolve_config  # ars.py: configure
-    return resolve(module.build_parser().parse_args(argv))
+    return module.configure(module.build_parser().parse_args(argv))
 
 
 ARS_TINY = dict(env="Pendulum-v1", iterations=4, n_directions=6, top_b=3, eval_every=2, eval_episodes=2, seed=3)
@@ -53,8 +52,6 @@ def cluster():
 
 def where(actor) -> tuple:
     """(process id, node id) of a Ray actor."""
-    if hasattr(actor, "where"):  # es_openai.py's actors say it themselves
-        return ray.get(actor.where.remote())
     return ray.get(actor.__ray_call__.remote(lambda self: (os.getpid(), ray.get_runtime_context().get_node_id())))
 
 
@@ -184,7 +181,7 @@ def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     remote = eo.train(parse(eo, **ES_TINY, workers=3, ray=True, out_dir=tmp_path / "ray"))
     assert remote["status"] == "done"
     np.testing.assert_array_equal(local["theta"], remote["theta"])
-    np.testing.assert_array_equal(local["ob_stat"].sum, remote["ob_stat"].sum)
+    np.testing.assert_array_equal(local["ob_sum"], remote["ob_sum"])
     rows = [open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines() for r in (local, remote)]
     assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]
 
@@ -192,21 +189,19 @@ def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
 @NEEDS_RAY
 def test_es_noise_table_is_read_from_the_object_store_without_a_copy(cluster):
     args = parse(eo, **ES_TINY, workers=4, ray=True)
-    obs_dim, act_space = eo.check_env(args)
-    sizes = eo.layer_sizes(obs_dim, args.hidden_sizes, act_space, args.ac_bins)
-    noise = eo.NoiseTable(args.noise_size, 123)
-    expected = noise.table[[0, 99_999]].copy()
-    pool = eo.RayPool(args.workers, noise, args, act_space, sizes)
+    table = eo.noise_table(args.noise_size, 123)
+    expected = table[[0, 99_999]].copy()
+    pool = eo.RayPool(args, table)
     try:
-        assert noise.shm is None and not noise.table.flags.writeable  # the master's table moved there too
-        for actor in pool.actors:
-            first, writeable = ray.get(actor.peek.remote(0))
-            last, _ = ray.get(actor.peek.remote(99_999))
-            # read-only: a view of the node's shared object store, not a private copy
-            assert (first, last) == tuple(expected) and not writeable
+        assert not pool.table.flags.writeable  # the master reads the object store's copy too
+        np.testing.assert_array_equal(pool.table[[0, 99_999]], expected)
+        for actor in pool.actors:  # read-only: a view of the node's shared object store, not a copy
+            seen = ray.get(actor.__ray_call__.remote(lambda self: (self.table[[0, 99_999]].tolist(),
+                                                                   self.table.flags.writeable)))
+            assert seen == (expected.tolist(), False)
+        assert len({where(actor)[1] for actor in pool.actors}) == 2  # spread over both nodes
     finally:
         pool.close()
-        noise.close()
 
 
 @NEEDS_RAY
@@ -214,10 +209,10 @@ def test_es_survives_a_killed_worker_with_the_same_results(cluster, tmp_path, mo
     expected = eo.train(parse(eo, **ES_TINY, workers=1, out_dir=tmp_path / "local"))
     real_run = eo.RayPool.run
 
-    def run_with_a_crash(self, task, next_job, done, jobs_left=None):
-        if self.task_id == 0:  # during the first generation
+    def run_with_a_crash(self, task, jobs):
+        if self.key == 0:  # during the first generation
             kill_one_actor_soon(self, 0.05)
-        return real_run(self, task, next_job, done, jobs_left)
+        return real_run(self, task, jobs)
 
     monkeypatch.setattr(eo.RayPool, "run", run_with_a_crash)
     got = eo.train(parse(eo, **ES_TINY, workers=2, ray=True, out_dir=tmp_path / "ray"))
@@ -339,7 +334,6 @@ def test_a_reachable_ray_client_url_passes_the_address_check(script, monkeypatch
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw["address"]))
-    monkeypatch.setattr(eo, "RAY_STARTED", [])
     try:
         start(address)
     finally:

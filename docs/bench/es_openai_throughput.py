@@ -13,6 +13,8 @@ by generation; last, the per-step cost of the policy and of env.step as the work
 them. How and why: docs/bench/replay.py.
 """
 import argparse
+import contextlib
+import io
 import csv
 import os
 import sys
@@ -26,12 +28,10 @@ from replay import measure  # noqa: E402
 
 def es_args(env_id: str, workers: int, iterations: int, population: int, extra: list, out: str):
     """es_openai.py's settings for a timed training (no evaluation), checked as the script checks them."""
-    args = eo.resolve_config(eo.build_parser().parse_args(
+    return eo.configure(eo.build_parser().parse_args(
         ["--env", env_id, "--iterations", str(iterations), "--population", str(population),
          "--workers", str(workers), "--eval-every", str(10**6), "--eval-episodes", "1",
          "--noise-size", "10000000", "--out-dir", out, *extra]))
-    eo.check_env(args)
-    return args
 
 
 def es_training(env_id: str, workers: int, iterations: int, population: int, extra: list) -> tuple:
@@ -65,12 +65,15 @@ def main():
     a = p.parse_args()
     if a.iterations < 2 or a.repeats < 1:
         p.error("--iterations must be at least 2 (the first is left out), --repeats at least 1")
+    err = io.StringIO()
     try:  # what es_openai.py itself would refuse (the environment, --population, --lockstep), before any timing
-        es_args(a.env, 1, a.iterations, a.population, [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
-                "unused")  # nothing is written: the --out-dir is never made
-    except eo.UserError as e:
-        p.error(str(e))
-    eo.quiet_mujoco()  # its settotalmass warning, once per environment, in every forked process too
+        with contextlib.redirect_stderr(err):
+            es_args(a.env, 1, a.iterations, a.population, [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
+                    "unused")  # nothing is written: the --out-dir is never made
+    except SystemExit:
+        p.error(err.getvalue().strip().split("error: ", 1)[-1].removesuffix(" (see --help)"))
+    with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every forked process too
+        __import__("mujoco").set_mju_user_warning(lambda message: None)
     costs = []
 
     def training(workers: int) -> list:

@@ -1,14 +1,16 @@
-"""Training throughput of two versions of ars.py, interleaved: steps/s with 1 and with 2 workers,
-and with 1 worker over a bare env.step loop timed in the same repetition.
+"""Training throughput of two versions of ars.py or es_openai.py, interleaved: steps/s with 1 and
+with 2 workers, and with 1 worker over a bare env.step loop timed in the same repetition.
 
     git worktree add ../old 8f57846
-    python docs/bench/ars_old_new.py ../old/ars.py ars.py --env HalfCheetah-v5 --repeats 5
+    python docs/bench/old_new.py ../old/ars.py ars.py --env HalfCheetah-v5 --repeats 5
+    python docs/bench/old_new.py ../old/es_openai.py es_openai.py --env HalfCheetah-v5 --repeats 5
 
 Each repetition runs, one after the other: a bare loop (env.step with actions drawn beforehand,
 10 episodes of the environment's seeds 0-9), the first script with 1 worker, the second with 1,
-the first with 2, the second with 2 (10 iterations of N = b = 8 directions, no evaluation).
+the first with 2, the second with 2 (ars.py: 10 iterations of N = b = 8 directions; es_openai.py:
+6 generations of 40 episodes, a table of 10 million numbers; no evaluation).
 A run's rate is the median of the steps_per_s column (the training part of an iteration)
-over iterations 2 to 10. Prints each repetition, then the medians and the ratios new / old.
+over iterations 2 and later. Prints each repetition, then the medians and the ratios new / old.
 """
 import argparse
 import csv
@@ -24,11 +26,15 @@ import gymnasium as gym
 import numpy as np
 
 
+FLAGS = {"ars.py": ["--iterations", "10", "--n-directions", "8", "--top-b", "8"],
+         "es_openai.py": ["--iterations", "6", "--population", "40", "--noise-size", "10000000"]}
+
+
 def rate(script: str, env_id: str, workers: int) -> float:
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, script, "--env", env_id, "--iterations", "10", "--n-directions", "8",
-                        "--top-b", "8", "--eval-every", "1000000", "--eval-episodes", "1", "--workers",
-                        str(workers), "--out-dir", out], check=True, capture_output=True)
+        own = FLAGS[os.path.basename(script)]
+        subprocess.run([sys.executable, script, "--env", env_id, *own, "--eval-every", "1000000", "--eval-episodes",
+                        "1", "--workers", str(workers), "--out-dir", out], check=True, capture_output=True)
         (path,) = glob.glob(os.path.join(out, "*", "progress.csv"))
         with open(path) as f:
             return statistics.median(float(r["steps_per_s"]) for r in list(csv.DictReader(f))[1:])
@@ -59,14 +65,16 @@ def bare_rate(env_id: str, episodes: int = 10) -> float:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.error = lambda message: p.exit(2, f"ars_old_new.py: error: {message}\n")  # one line, no usage block
+    p.error = lambda message: p.exit(2, f"old_new.py: error: {message}\n")  # one line, no usage block
     p.add_argument("old")
     p.add_argument("new")
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
-    if a.repeats < 1 or not (os.path.isfile(a.old) and os.path.isfile(a.new)):
-        p.error("give two ars.py files and --repeats at least 1")
+    if a.repeats < 1 or not (os.path.isfile(a.old) and os.path.isfile(a.new)) or \
+            {os.path.basename(a.old), os.path.basename(a.new)} - set(FLAGS) or os.path.basename(a.old) != \
+            os.path.basename(a.new):
+        p.error("give two ars.py or two es_openai.py files, and --repeats at least 1")
     rates = {(who, w): [] for who in ("bare", "old", "new") for w in (1, 2) if who != "bare" or w == 1}
     for k in range(a.repeats):
         rates["bare", 1].append(bare_rate(a.env))
