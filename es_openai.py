@@ -315,7 +315,7 @@ class Generation:
         a, per, jobs = self.args, 2 if self.args.mirror else 1, []
         left = max(0, -(-(a.population - self.handed) // per))
         while len(jobs) < min(lockstep, max(1, -(-left // workers))) and self.closed_at is None \
-                and (self.handed < a.population or steps(results.values()) < a.min_timesteps):
+                and (self.handed < a.population or env_steps(results.values()) < a.min_timesteps):
             jobs.append(("train", self.t, self.k))  # the master draws the job's first number too
             self.handed += per * (stream(a.seed, TRAIN, self.t, self.k).random() >= a.eval_prob)
             self.k += 1
@@ -326,12 +326,12 @@ class Generation:
             if k not in results:
                 return False
             n += len(results[k][2]) if results[k][0] == "pair" else 0
-            n_steps += steps([results[k]])
+            n_steps += env_steps([results[k]])
             if n >= self.args.population and n_steps >= self.args.min_timesteps:
                 self.closed_at = k + 1
                 return True
         return False
-def steps(results) -> int:  # env steps of population results: pairs' and noiseless episodes'
+def env_steps(results) -> int:  # env steps of population results: pairs' and noiseless episodes'
     return sum(sum(r[4]) if r[0] == "pair" else r[2] for r in results)
 def task_of(state: dict, args) -> dict:  # theta and the statistics, frozen for a generation
     zeros = np.zeros_like(state["ob_sum"])
