@@ -91,8 +91,7 @@ def ars_update(M, direction, r_plus: np.ndarray, r_minus: np.ndarray, alpha: flo
 def merge_stats(a: tuple, b: tuple) -> tuple:
     """Eq. (6): Chan et al.'s parallel merge of (count, mean, m2) where m2 = sum (x - mean)^2."""
     (na, mean_a, m2_a), (nb, mean_b, m2_b) = a, b
-    n = na + nb
-    if n == 0:
+    if (n := na + nb) == 0:
         return a
     d = mean_b - mean_a
     return n, mean_a + d * (nb / n), m2_a + m2_b + d * d * (na * nb / n)
@@ -371,6 +370,7 @@ class Run:
         except OSError as e:
             check(False, f"cannot write {e.filename}: {e.strerror} (choose another --out-dir)")
         self.csv, self.t0 = open(f.name, "a"), time.time() - self.state["wall_time"]
+        __import__("matplotlib.figure")  # here: a stop that cut this import short breaks every plot
         self.pool = (RayPool if args.ray else Workers)(args)
         print(f"run directory: {self.dir}", flush=True)
     def log(self, state: dict, info: dict, ev, confirm):

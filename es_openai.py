@@ -425,7 +425,7 @@ def configure(args) -> argparse.Namespace:
     check(not args.mirror or args.population % 2 == 0, f"--population must be even with mirrored "
           f"sampling, got {args.population} (or add --no-mirror)")
     check(args.mirror or "sign" not in args.fitness, f"--fitness {args.fitness} needs mirrored "
-          "sampling: without it every weight would be >= 0 (and g a pull toward all noise)")
+          "sampling: the starter code defines the sign modes on mirrored pairs only")
     check(not args.obs_norm or args.calc_obstat_prob > 0, "--calc-obstat-prob must be > 0 with "
           "observation normalization (or add --no-obs-norm)")
     try:
@@ -634,6 +634,7 @@ class Run:
         except OSError as e:
             check(False, f"cannot write {e.filename}: {e.strerror} (choose another --out-dir)")
         self.csv, self.t0 = open(f.name, "a"), time.time() - self.state["wall_time"]
+        __import__("matplotlib.figure")  # here: a stop that cut this import short breaks every plot
         print(f"run directory: {self.dir}  ({theta.size} parameters; the noise table: "
               f"{4 * args.noise_size / 2**30:.2f} GiB)", flush=True)
         self.pool = (RayPool if args.ray else Workers)(args, noise_table(args.noise_size,
@@ -741,8 +742,7 @@ def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN
     run_dir = os.path.dirname(os.path.dirname(path)) if path.endswith(".npz") else path
     vars(args).update({k: v for k, v in read_config(run_dir).items() if k in (
         "env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length")})
-    args.workers, args.seed = args.workers or len(os.sched_getaffinity(0)), args.seed or 0
-    args.ac_noise_std, args.episodes = 0.0, args.episodes or 10
+    args.seed, args.ac_noise_std, args.episodes = args.seed or 0, 0.0, args.episodes or 10
     configure(args)
     folder = os.path.join(run_dir, "checkpoints")
     names = [path] if path.endswith(".npz") else [os.path.join(folder, "latest.npz")] if \
