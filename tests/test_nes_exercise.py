@@ -1,22 +1,25 @@
-"""Tests of the class exercise: the checker against the teacher's solution, against the untouched
-student file and against deliberately wrong answers; the solution learns CartPole-v1."""
+"""Tests of the class exercise: the checker (tests/nes_checker.py) passes the teacher's solution,
+stops at the untouched student file, and catches each wrong answer below at its own part with its
+message; the solution learns CartPole-v1; the command line."""
 import importlib.util
+import inspect
+import itertools
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-import numpy as np
 import pytest
+
+import nes_checker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDENT = os.path.join(ROOT, "nes_exercise.py")
 SOLUTION = os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")
-# The tests of the repository as shipped: the teacher's copy is present and the student's file untouched.
 pytestmark = pytest.mark.skipif(not os.path.exists(SOLUTION), reason="the teacher's copy is not in this checkout")
+COUNT = itertools.count()
 
 
 def load(path, name):
@@ -27,232 +30,197 @@ def load(path, name):
     return module
 
 
-@pytest.fixture(scope="module")
-def solution():
-    return load(SOLUTION, "nes_solution")
+def solved(**replace):
+    """The student's file with the teacher's five bodies pasted under "YOUR CODE HERE", each body
+    edited by replace[name] = [(old, new), ...], written to a file and loaded: how a student's file
+    with those answers behaves."""
+    import ast
+    import re
+    import tempfile
+    solution, text = load(SOLUTION, "nes_solution"), open(STUDENT).read()
+    for part, name in enumerate(solution.PARTS, 1):
+        source = inspect.getsource(getattr(solution, name))
+        start = ast.parse(source).body[0].body[0].lineno - 1
+        body = "".join(source.splitlines(keepends=True)[start:])
+        for old, new in replace.get(name, []):
+            assert old in body, (name, old)
+            body = body.replace(old, new)
+        text = re.sub(rf"(# YOUR CODE HERE \(part {part}\)\n).*?(    # END OF YOUR CODE)",
+                      lambda m: m.group(1) + body + m.group(2), text, flags=re.S)
+    folder = tempfile.mkdtemp(prefix="nes_")
+    with open(os.path.join(folder, "nes_exercise.py"), "w") as f:
+        f.write(text)
+    return load(f.name, f"nes_solved_{next(COUNT)}")
 
 
-@pytest.fixture(scope="module")
-def student():
-    return load(STUDENT, "nes_student")
+def outcome(ex) -> list:
+    return [nes_checker.run_part(ex, part) for part in nes_checker.PARTS]
 
 
-def test_centered_ranks_is_an_identical_copy_of_es_basic(student):
-    import inspect
-    import es_basic
-    assert inspect.getsource(student.centered_ranks) == inspect.getsource(es_basic.centered_ranks)
+def test_the_teacher_solution_passes_every_part():
+    assert outcome(solved()) == [("passed", "")] * 5
+    lines = []
+    assert nes_checker.check(solved(), out=lines.append) and lines[-1].startswith("All five parts pass")
 
 
-def test_every_check_passes_on_the_solution(solution):
-    for part in solution.PARTS:
-        assert solution.run_check(part) == ("passed", ""), part[0]
-
-
-def test_every_part_of_the_untouched_file_reports_not_implemented(student):
-    for part in student.PARTS:
-        status, message = student.run_check(part)
-        assert status == "not implemented yet" and part[1] in message, part[0]
-
-
-def test_checker_stops_at_the_first_unfinished_part_without_crashing():
+def test_the_untouched_file_is_not_implemented_yet_and_the_checker_stops_there():
+    status, message = nes_checker.run_part(load(STUDENT, "nes_untouched"), nes_checker.PARTS[0])
+    assert status == "not implemented yet" and "initial_policy" in message
     out = subprocess.run([sys.executable, STUDENT, "--check"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stdout.splitlines()[0] == ("Part 1 (initial_policy): not implemented yet: initial_policy still "
                                           "raises NotImplementedError")
     assert "Next: open nes_exercise.py, find 'Part 1'" in out.stdout and "Part 2" not in out.stdout
-
-
-def test_training_refuses_to_start_before_every_part_passes():
     out = subprocess.run([sys.executable, STUDENT], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr.strip() == ("nes_exercise.py: error: some parts are not done yet; "
-                                                          "run: python nes_exercise.py --check")
+    assert out.returncode == 2 and "some parts are not done yet; run: python nes_exercise.py --check" in out.stderr
 
 
-def outside_the_marked_parts(path):
-    text = open(path).read()
-    return re.sub(r"# YOUR CODE HERE \(part \d\)\n.*?# END OF YOUR CODE", "<part>", text, flags=re.S)
+def test_the_students_file_holds_the_exercise_only():
+    text = open(STUDENT).read()
+    assert text.count("\n") <= 250 and max(map(len, text.splitlines())) <= 100
+    assert text.count("# YOUR CODE HERE") == 5 and "def part" not in text and "class Wrong" not in text
+    assert "tests/nes_checker.py" in text  # where the checker lives
+    assert len(open(SOLUTION).read().splitlines()) <= 70
 
 
-def test_student_file_and_solution_are_identical_outside_the_marked_parts():
-    student, solution = outside_the_marked_parts(STUDENT), outside_the_marked_parts(SOLUTION)
-    assert student.count("<part>") == 5
-    assert student == solution
+def test_centered_ranks_is_an_identical_copy_of_es_basic():
+    import es_basic
+    ex = load(STUDENT, "nes_copy")
+    assert inspect.getsource(ex.centered_ranks) == inspect.getsource(es_basic.centered_ranks)
 
 
-def test_a_sign_error_in_the_update_is_caught(solution, monkeypatch):
-    right = solution.update_mean_policy
+# Each wrong answer, caught at its part: (part, {function: [(old, new), ...]}, what the message says).
+WRONG = [
+    (1, {"initial_policy": [("np.zeros(shape)", "np.zeros(shape, dtype=int)")]}, "float zeros"),
+    (1, {"initial_policy": [("policy_shapes(obs_dim, n_out, hidden)", "policy_shapes(n_out, obs_dim, hidden)")]},
+     "use policy_shapes"),
+    (2, {"mirrored_pair": [("return ({k: policy[k] + sigma * eps[k] for k in KEYS}, {k: policy[k] - sigma",
+                            "return ({k: policy[k] - sigma * eps[k] for k in KEYS}, {k: policy[k] + sigma")]},
+     "plus and minus are swapped"),
+    (2, {"mirrored_pair": [("policy[k] + sigma * eps[k]", "policy[k] + eps[k]")]}, "eps is not scaled"),
+    (2, {"mirrored_pair": [("eps = sample_noise(policy, seed)\n",
+                            "eps = sample_noise(policy, seed)\n    plus = dict(policy)\n    for k in KEYS:\n"
+                            "        plus[k] += sigma * eps[k]\n")]}, "in place"),
+    (2, {"mirrored_pair": [("{k: policy[k] - sigma * eps[k] for k in KEYS}",
+                            "{k: policy[k] - sigma * sample_noise(policy, seed + 1)[k] for k in KEYS}")]},
+     "minus uses other noise"),
+    (3, {"update_mean_policy": [("* (fp - fm) *", "* (fm - fp) *")]}, "wrong sign"),
+    (3, {"update_mean_policy": [("alpha / (2 * n * sigma)", "alpha / (n * sigma)")]}, "divided by n sigma"),
+    (3, {"update_mean_policy": [("alpha / (2 * n * sigma)", "alpha / (4 * n * sigma)")]}, "divided by 4 n sigma"),
+    (3, {"update_mean_policy": [("alpha / (2 * n * sigma)", "alpha / 2 * n * sigma")]}, "with the parentheses"),
+    (3, {"update_mean_policy": [("alpha / (2 * n * sigma)", "alpha / (2 * n)")]}, "1/sigma is missing"),
+    (3, {"update_mean_policy": [("(fp - fm)", "fp")]}, "only F_plus is used"),
+    (3, {"update_mean_policy": [("(fp - fm)", "(fp + fm)")]}, "F_plus + F_minus is used"),
+    (3, {"update_mean_policy": [("sample_noise(policy, seed)", "sample_noise(policy, seeds[0])")]},
+     "first pair's noise"),
+    (3, {"update_mean_policy": [("zip(seeds, F_plus, F_minus)", "zip(seeds[1:], F_plus[1:], F_minus[1:])")]},
+     "pair 0 is left out"),
+    (3, {"update_mean_policy": [("new = {k: policy[k].copy() for k in KEYS}", "new = policy")]}, "changed the arrays"),
+    (4, {"evaluate_pair": [("return seed, rollout(plus, env_name, seed), rollout(minus, env_name, seed)",
+                            "return seed, rollout(minus, env_name, seed), rollout(plus, env_name, seed)")]},
+     "are swapped"),
+    (4, {"evaluate_pair": [("rollout(minus, env_name, seed)", "rollout(plus, env_name, seed)")]}, "both episodes "
+     "play plus"),
+    (4, {"evaluate_pair": [("rollout(plus, env_name, seed), rollout(minus, env_name, seed)",
+                            "rollout(plus, env_name, 0), rollout(minus, env_name, 0)")]}, "from env_seed 0"),
+    (4, {"evaluate_pair": [("mirrored_pair(policy, seed, sigma)", "mirrored_pair(policy, seed + 1, sigma)")]},
+     "built from another seed"),
+    (4, {"evaluate_pair": [("return seed, rollout(plus, env_name, seed), rollout(minus, env_name, seed)",
+                            "return seed, plus, minus")]}, "never the weights"),
+    (4, {"evaluate_pair": [("return seed, rollout", "return 0, rollout")]}, "the seed you were given"),
+    (5, {"train": [("F = centered_ranks(R)", "F = R")]}, "raw returns"),
+    (5, {"train": [("F = centered_ranks(R)", "F = np.concatenate([centered_ranks(R[:n_pairs]), "
+                                             "centered_ranks(R[n_pairs:])])")]}, "ranked separately"),
+    (5, {"train": [("F[:n_pairs], F[n_pairs:]", "F[::2], F[1::2]")]}, "split wrongly"),
+    (5, {"train": [("pair_seeds(seed, iteration, n_pairs)", "pair_seeds(seed, 0, n_pairs)")]}, "the same seeds"),
+    (5, {"train": [("pair_seeds(seed, iteration, n_pairs)", "pair_seeds(0, iteration, n_pairs)")]},
+     "ignore --seed"),
+    (5, {"train": [("pair_seeds(seed, iteration, n_pairs)", "pair_seeds(seed, iteration + 1, n_pairs)")]},
+     "count from 0"),
+    (5, {"train": [("for s in pair_seeds(seed, iteration, n_pairs)]",
+                    "for s in map(int, np.random.randint(2**31, size=n_pairs))]")]}, "global random"),
+    (5, {"train": [("futures = [executor.submit(evaluate_pair, mu, s, sigma, env_name)",
+                    "futures = [executor.submit(evaluate_pair, mu, s, sigma, env_name).result()"),
+                   ("results = [f.result() for f in futures]", "results = futures")]}, "before every pair"),
+    (5, {"train": [("R.mean():8.2f", "F.mean():8.2f")]}, "it shows the fitness"),
+    (5, {"train": [("results = [f.result() for f in futures]", "results = [f.result() for f in futures][::-1]"),
+                   ("seeds = [r[0] for r in results]", "seeds = pair_seeds(seed, iteration, n_pairs)")]},
+     "matched to the wrong seeds"),
+    (5, {"train": [("mu = update_mean_policy(mu, seeds, F[:n_pairs], F[n_pairs:], sigma, alpha)",
+                    "update_mean_policy(mu, seeds, F[:n_pairs], F[n_pairs:], sigma, alpha)")]},
+     "another policy than the current mean"),
+]
 
-    def wrong(policy, seeds, F_plus, F_minus, sigma, alpha):
-        return right(policy, seeds, F_minus, F_plus, sigma, alpha)
-    monkeypatch.setattr(solution, "update_mean_policy", wrong)
-    status, message = solution.run_check(solution.PARTS[2])
-    assert status == "wrong" and "sign error" in message
+
+@pytest.mark.parametrize("part, replace, says", WRONG, ids=[f"part{w[0]}-{w[2]}" for w in WRONG])
+def test_each_wrong_answer_is_caught_at_its_part_with_its_message(part, replace, says):
+    got = outcome(solved(**replace))
+    assert got[:part - 1] == [("passed", "")] * (part - 1), got  # the parts before it pass
+    status, message = got[part - 1]
+    assert status == "wrong" and says in message, message
 
 
-def test_an_update_that_ignores_the_minus_member_is_caught(solution, monkeypatch):
-    right = solution.update_mean_policy
-
-    def wrong(policy, seeds, F_plus, F_minus, sigma, alpha):
-        return right(policy, seeds, 2 * np.asarray(F_plus), 0 * np.asarray(F_minus), sigma, alpha)
-    monkeypatch.setattr(solution, "update_mean_policy", wrong)
-    assert solution.run_check(solution.PARTS[2])[0] == "wrong"
-
-
-def test_a_missing_one_over_sigma_is_caught(solution, monkeypatch):
-    right = solution.update_mean_policy
-
-    def wrong(policy, seeds, F_plus, F_minus, sigma, alpha):
-        return right(policy, seeds, F_plus, F_minus, sigma, alpha * sigma)  # alpha / (2 n) instead of / (2 n sigma)
-    monkeypatch.setattr(solution, "update_mean_policy", wrong)
-    status, message = solution.run_check(solution.PARTS[2])
-    assert status == "wrong" and "missing 1/sigma" in message
+@pytest.mark.parametrize("replace", [
+    {"train": [("F = centered_ranks(R)", "F = centered_ranks(R) + 1.0")]},  # a constant on every rank
+    {"train": [("F[:n_pairs], F[n_pairs:]", "list(F[:n_pairs]), list(F[n_pairs:])")]},  # lists, not arrays
+    {"initial_policy": [("np.zeros(shape)", "np.zeros(shape, dtype=np.float32) + 0.0")]}])
+def test_an_answer_that_changes_nothing_the_algorithm_computes_passes(replace):
+    assert outcome(solved(**replace)) == [("passed", "")] * 5
 
 
-def test_returning_vectors_instead_of_seeds_is_caught(solution, monkeypatch):
-    def wrong(policy, seed, sigma, env_name):
-        plus, minus = solution.mirrored_pair(policy, seed, sigma)
-        return seed, plus, minus
-    monkeypatch.setattr(solution, "evaluate_pair", wrong)
-    status, message = solution.run_check(solution.PARTS[3])
-    assert status == "wrong" and "never the weights" in message
+def test_a_students_exception_shows_the_students_line():
+    ex = solved(mirrored_pair=[("eps = sample_noise(policy, seed)", "eps = sample_noise(policy, seed)['W3']")])
+    status, message = nes_checker.run_part(ex, nes_checker.PARTS[1])
+    assert status == "wrong" and "KeyError" in message and "nes_exercise.py, line" in message
+    assert "sample_noise(policy, seed)['W3']" in message and "nes_checker" not in message
 
 
-def test_an_unmirrored_pair_is_caught(solution, monkeypatch):
-    def wrong(policy, seed, sigma):
-        eps, eps2 = solution.sample_noise(policy, seed), solution.sample_noise(policy, seed + 1)
-        return ({k: policy[k] + sigma * eps[k] for k in solution.KEYS},
-                {k: policy[k] - sigma * eps2[k] for k in solution.KEYS})
-    monkeypatch.setattr(solution, "mirrored_pair", wrong)
-    status, message = solution.run_check(solution.PARTS[1])
-    assert status == "wrong" and "mirror image" in message
-
-
-def test_the_checker_output_names_the_failing_part(solution, monkeypatch):
-    monkeypatch.setattr(solution, "evaluate_pair", lambda *args: (0, 1.0, 2.0))
-    lines = []
-    assert not solution.check_all(out=lines.append)
-    assert lines[:3] == ["Part 1 (initial_policy): passed", "Part 2 (mirrored_pair): passed",
-                         "Part 3 (update_mean_policy): passed"]
-    assert lines[3].startswith("Part 4 (evaluate_pair): wrong: the first element should be the seed")
-    assert lines[4].startswith("Next: fix evaluate_pair")
-
-
-def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget(solution):
+def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget():
+    ex = solved()
     with ProcessPoolExecutor(2) as executor:
-        mu = solution.train("CartPole-v1", executor, iterations=50, n_pairs=25, sigma=0.1, alpha=0.05, seed=0,
-                            log=lambda line: None)
-    assert solution.evaluate_mean(mu, "CartPole-v1", 100).mean() >= 475
+        mu = ex.train("CartPole-v1", executor, iterations=50, n_pairs=25, sigma=0.1, alpha=0.05, seed=0,
+                      log=lambda line: None)
+    assert ex.evaluate_mean(mu, "CartPole-v1", 100).mean() >= 475
 
 
-@pytest.mark.parametrize("argv, message", [(["--seed", "-1"], "--seed must be 0 or more"),
-                                           (["--env", "CartPole-v7"], "unknown environment"),
-                                           (["--sigma", "0"], "--sigma must be positive"),
-                                           (["--sigma", "nan"], "--sigma must be positive and finite"),
-                                           (["--alpha", "inf"], "--alpha must be positive and finite"),
-                                           (["--iterations", "0"], "--iterations must be positive"),
-                                           (["--pairs", str(10**12)], "--pairs must be between 1 and 10000"),
-                                           (["--workers", str(10**12)], "--workers must be between 1 and"),
-                                           (["--workers", "0"], "--workers must be between 1 and")])
+@pytest.mark.parametrize("argv, message", [(["--seed", "-1"], "--seed: must be >= 0"),
+                                           (["--env", "CartPole-v7"], "CartPole"),
+                                           (["--sigma", "0"], "--sigma: must be > 0"),
+                                           (["--sigma", "nan"], "--sigma: must be > 0"),
+                                           (["--alpha", "inf"], "--alpha: must be > 0"),
+                                           (["--iterations", "0"], "--iterations: must be > 0"),
+                                           (["--workers", "0"], "--workers: must be > 0")])
 def test_bad_input_gets_one_line(argv, message, tmp_path):
     out = subprocess.run([sys.executable, SOLUTION, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
-    assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("script", [STUDENT, SOLUTION])
-@pytest.mark.parametrize("env, message", [
-    ("HalfCheetah-v2", "cannot make 'HalfCheetah-v2': The mujoco v2 and v3 based environments have been moved"),
-    ("phys2d/CartPole-v1", "cannot make 'phys2d/CartPole-v1': ")])
-def test_a_registered_environment_that_cannot_be_made_gets_one_line(script, env, message, tmp_path):
-    """gymnasium knows these ids but cannot make them here: an old MuJoCo version, a jax environment."""
-    out = subprocess.run([sys.executable, script, "--env", env], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
-    assert out.stderr.startswith(f"nes_exercise.py: error: {message}"), out.stderr
-    assert os.listdir(tmp_path) == []
-
-
-def test_any_exception_of_make_becomes_the_error_line_with_the_newest_version(student):
-    import gymnasium as gym
-
-    def broken():
-        raise RuntimeError("no display\nsecond line of the message")
-    for version in (1, 2):
-        gym.register(f"BrokenForTest-v{version}", entry_point=broken)
-    try:
-        assert student.env_error("BrokenForTest-v1") == ("cannot make 'BrokenForTest-v1': no display; "
-                                                         "try BrokenForTest-v2, the newest version")
-        assert student.env_error("BrokenForTest-v2") == "cannot make 'BrokenForTest-v2': no display"
-    finally:
-        for version in (1, 2):
-            del gym.registry[f"BrokenForTest-v{version}"]
-
-
-def test_a_malformed_ray_address_gets_one_line():
-    pytest.importorskip("ray")
-    for address in ("abc", "127.0.0.1:99999"):  # not HOST:PORT; a port out of range
-        out = subprocess.run([sys.executable, SOLUTION, "--ray", "--ray-address", address], capture_output=True,
-                             text=True, timeout=120)
-        assert out.returncode == 2 and out.stderr == (f"nes_exercise.py: error: --ray-address must be HOST:PORT, "
-                                                      f"ray://HOST:PORT, auto or local, got '{address}'\n")
-
-
-@pytest.mark.parametrize("program", ["student", "solution"])
-def test_a_ray_address_without_ray_is_refused(program):
-    """Without --ray the pairs run on local processes: an address would be ignored, so it is refused,
-    as ars.py and es_openai.py refuse it (in the student's file too, before its parts are checked)."""
-    path = SOLUTION if program == "solution" else os.path.join(ROOT, "nes_exercise.py")
-    out = subprocess.run([sys.executable, path, "--ray-address", "127.0.0.1:6379", "--iterations", "1"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stderr == "nes_exercise.py: error: --ray-address needs --ray (see --help)\n"
+    assert out.stderr.startswith("nes_exercise.py: error:") and os.listdir(tmp_path) == []
 
 
 def test_a_mean_policy_that_becomes_nan_stops_with_a_message():
     out = subprocess.run([sys.executable, SOLUTION, "--sigma", "1e-320", "--iterations", "2", "--pairs", "2",
                           "--workers", "1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr and "mean policy:" not in out.stdout
-    assert out.stderr.strip().splitlines()[-1] == ("nes_exercise.py: error: the mean policy became NaN or inf; "
-                                                   "try a smaller --alpha or a larger --sigma")
-
-
-def test_an_error_during_a_stop_is_a_stop_and_an_error_in_train_is_not(solution, monkeypatch):
-    # A Ctrl-C or SIGTERM can land inside the pool's locking and come out of train as another error
-    # (RuntimeError: cannot release un-acquired lock); after a stop signal that is a stop (exit 130)
-    def failing(*args, **kwargs):
-        raise RuntimeError("cannot release un-acquired lock")
-    monkeypatch.setattr(solution, "train", failing)
-    monkeypatch.setattr(solution, "run_check", lambda part: ("passed", ""))  # the check of train would fail
-    argv = ["--iterations", "1", "--pairs", "1", "--workers", "1"]
-    with pytest.raises(RuntimeError, match="un-acquired lock"):  # no stop under way: the student's error
-        solution.main(argv)
-    monkeypatch.setattr(solution, "STOPS", [signal.SIGTERM])
-    with pytest.raises(KeyboardInterrupt):
-        solution.main(argv)
+    assert out.stderr.strip().splitlines()[-1] == ("nes_exercise.py: error: the mean became NaN or inf; try a "
+                                                   "smaller --alpha")
 
 
 @pytest.mark.parametrize("how", ["to the script", "to its process group", "started in the background", "SIGTERM",
                                  "kill -9"])
 def test_a_stopped_training_ends_at_once_with_no_worker_left(how):
     """Ctrl-C in a terminal signals the whole process group (the workers too); a job started in the
-    background begins with SIGINT ignored, which Python keeps unless the script installs its handler.
-    SIGTERM (kill, timeout) stops it the same way; after kill -9 the workers end on their own."""
+    background begins with SIGINT ignored; SIGTERM stops it the same way; after kill -9 the workers
+    end on their own."""
     background = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if how == "started in the background" else None
-    # -X faulthandler: a master that does not stop in time is sent SIGABRT, which prints where each of
-    # its threads stood into the failure message (such a hang was seen once in many runs of the suite)
-    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", SOLUTION, "--iterations", "100000", "--workers", "2"],
+    proc = subprocess.Popen([sys.executable, SOLUTION, "--iterations", "100000", "--workers", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=background)
     try:
-        assert proc.stdout.readline().startswith("iteration   1:")  # training has started
+        assert proc.stdout.readline().startswith("iteration   0:")  # training has started
         if how == "to its process group":
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal({"SIGTERM": signal.SIGTERM, "kill -9": signal.SIGKILL}.get(how, signal.SIGINT))
-        try:
-            _, err = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)
-            pytest.fail("the master did not stop within 20 s; its threads:\n" + proc.communicate(timeout=20)[1][-6000:])
+        _, err = proc.communicate(timeout=20)
         if how == "kill -9":
             assert proc.returncode == -signal.SIGKILL
         else:
