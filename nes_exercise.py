@@ -178,6 +178,8 @@ class RayExecutor:
 def checker():
     """tests/nes_checker.py, the checker of the five parts."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "nes_checker.py")
+    if not os.path.exists(path):
+        sys.exit(f"nes_exercise.py: error: the checker {path} is missing (see the repository)")
     spec = importlib.util.spec_from_file_location("nes_checker", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
