@@ -224,7 +224,7 @@ def configure(args) -> argparse.Namespace:
     check(args.top_b <= args.n_directions, f"--top-b must be <= --n-directions {args.n_directions}")
     try:
         obs, act = (env := gym.make(args.env)).observation_space, env.action_space
-    except gym.error.Error as e:  # an unknown id (gymnasium names the close ones), a missing extra
+    except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
     check(isinstance(act, gym.spaces.Box) and len(obs.shape or ()) == 1, f"{args.env} has {act} "
           "actions: ARS takes a flat Box of observations and Box actions (discrete: es_basic.py)")

@@ -162,7 +162,7 @@ def configure(args) -> argparse.Namespace:  # the preset, what no one flag can c
           "--population must be even with mirrored sampling (or add --no-mirror)")
     try:
         obs, act = (env := gym.make(args.env)).observation_space, env.action_space
-    except gym.error.Error as e:  # an unknown id (gymnasium names the close ones), a missing extra
+    except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
     box = isinstance(act, gym.spaces.Box) and np.isfinite(np.r_[act.low, act.high]).all()
     check(len(obs.shape or ()) == 1 and (box or isinstance(act, gym.spaces.Discrete)), f"{args.env}"

@@ -430,7 +430,7 @@ def configure(args) -> argparse.Namespace:
           "observation normalization (or add --no-obs-norm)")
     try:
         obs, act = (env := gym.make(args.env)).observation_space, env.action_space
-    except gym.error.Error as e:  # an unknown id (gymnasium names the close ones), a missing extra
+    except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
     check(isinstance(obs, gym.spaces.Box) and len(obs.shape) == 1, f"{args.env}: observations "
           f"must be a flat Box, not {obs}")

@@ -221,7 +221,7 @@ def main(argv=None):
         p.error("some parts are not done yet; run: python nes_exercise.py --check")
     try:
         space = gym.make(args.env).observation_space
-    except gym.error.Error as e:
+    except (gym.error.Error, ImportError) as e:  # unknown, retired, or missing an extra
         p.error(str(e))
     if len(space.shape or ()) != 1:
         p.error(f"{args.env}: the network takes a flat vector of observations, not {space}")

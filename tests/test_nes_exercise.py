@@ -185,6 +185,7 @@ def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget():
 
 @pytest.mark.parametrize("argv, message", [(["--seed", "-1"], "--seed: must be >= 0"),
                                            (["--env", "CartPole-v7"], "CartPole"),
+                                           (["--env", "HalfCheetah-v2"], "gymnasium-robotics"),
                                            (["--sigma", "0"], "--sigma: must be > 0"),
                                            (["--sigma", "nan"], "--sigma: must be > 0"),
                                            (["--alpha", "inf"], "--alpha: must be > 0"),
@@ -192,8 +193,10 @@ def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget():
                                            (["--workers", "0"], "--workers: must be > 0")])
 def test_bad_input_gets_one_line(argv, message, tmp_path):
     out = subprocess.run([sys.executable, SOLUTION, *argv], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
-    assert out.stderr.startswith("nes_exercise.py: error:") and os.listdir(tmp_path) == []
+    ours = [line for line in out.stderr.splitlines() if line.startswith("nes_exercise.py")]
+    assert out.returncode == 2 and len(ours) == 1 and message in ours[0] and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == ours[0] and os.listdir(tmp_path) == []  # after gymnasium's
+    # own deprecation warning, for a retired version such as HalfCheetah-v2
 
 
 def test_a_mean_policy_that_becomes_nan_stops_with_a_message():

@@ -318,3 +318,10 @@ def test_mujocos_warning_about_gymnasiums_model_files_is_silenced(script, tmp_pa
         assert capfd.readouterr().err == "MuJoCo warning: Nan, Inf or huge value in QACC at DOF 0\n"
     finally:
         mujoco.set_mju_user_warning(previous)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_retired_environment_version_is_one_line(script, tmp_path, capsys):
+    """HalfCheetah-v2, as old tutorials spell it: gymnasium raises an ImportError, not its own error."""
+    line = one_error_line(call(capsys, script, "--env", "HalfCheetah-v2", "--out-dir", str(tmp_path)))
+    assert "gymnasium-robotics" in line and os.listdir(tmp_path) == []
