@@ -132,3 +132,12 @@ def test_each_script_keeps_its_budget(script, total, above):
     lines = open(os.path.join(ROOT, script)).read().splitlines()
     banner = next(k for k, line in enumerate(lines) if line.startswith("#") and "plumbing" in line)
     assert len(lines) <= total and banner <= above and max(map(len, lines)) <= 100
+
+
+def test_the_readme_is_short_and_starts_with_the_commands():
+    """A newcomer's README: at most 120 lines, the set-up and the three commands in the first 40."""
+    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    assert len(lines) <= 120
+    first = "\n".join(lines[:40])
+    for command in ("pip install -r requirements.txt", "python ars.py --env BipedalWalker-v3", "python -m pytest"):
+        assert command in first, command
