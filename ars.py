@@ -233,7 +233,7 @@ def configure(args) -> argparse.Namespace:
     args.dims = [act.shape[0], obs.shape[0]]  # M: (p, n)
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
     args.workers = args.workers or (int(start_ray(args.ray_address).cluster_resources()["CPU"])
-                                    if args.ray else len(os.sched_getaffinity(0)))
+                                    if args.ray else os.cpu_count())
     return args
 def make_env(args, render=False):
     kw = dict(max_episode_steps=args.episode_length) if args.episode_length else {}
@@ -465,7 +465,7 @@ def write_gif(args, state: dict, path: str, key: int = 10**6) -> str:
     return path
 def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXXXX.npz
     ckpt = args.play if args.play.endswith(".npz") else f"{args.play}/checkpoints/latest.npz"
-    run_dir = args.play if ckpt != args.play else os.path.dirname(os.path.dirname(ckpt))
+    run_dir = args.play if ckpt != args.play else os.path.abspath(os.path.join(ckpt, "../.."))
     cfg, args.seed, episodes = read_config(run_dir), args.seed or 0, args.episodes or 10
     vars(args).update({k: cfg[k] for k in ("env", "version", "episode_length", "actions", "dims")})
     state = load_checkpoint(ckpt, args)

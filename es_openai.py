@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--calc-obstat-prob", type=r(0, 1, True), help="share of pairs that record observations")
     a("--ac-noise-std", type=r(0, math.inf), help="σ_a, training actions' noise (Box: 0.01)")
     a("--ac-bins", type=n(0), help="K uniform bins per action dimension (0: continuous)")
-    a("--eval-prob", type=r(0, 1), help="share of jobs that are noiseless episodes (0.003)")
+    a("--eval-prob", type=r(0, 1), help="share of jobs that are noiseless episodes (starter 0.003)")
     a("--noise-size", type=n(1), help="float32 numbers in the noise table (default 250M: 1 GB)")
     a("--noise-seed", type=n(0), help="seed of the noise table (default 123)")
     a("--episode-length", type=n(1), help="steps per episode (default: the time limit)")
@@ -118,8 +118,8 @@ def batched_weighted_sum(weights: np.ndarray, indices: np.ndarray, table: np.nda
         total += weights[start:start + batch_size].astype(np.float32) @ eps
     return total
 def es_gradient(F: np.ndarray, indices: np.ndarray, table: np.ndarray, dim: int) -> np.ndarray:
-    """Eq. (6): g = (1/n) sum_i w_i eps_i over the n episodes, w_i = F+ - F- for a pair (F alone
-    without mirroring). The 1/sigma of Eq. (2) is left to the step size, as in the starter code."""
+    """Eq. (6): g = (1/n) sum over the pairs of w_i eps_i, n the episodes; w_i = F+ - F- for a pair
+    (F alone without mirroring). The 1/sigma of Eq. (2) is left to the step size (the starter's)."""
     w = F[:, 0] - F[:, 1] if F.shape[1] == 2 else F[:, 0]
     return batched_weighted_sum(w, indices, table, dim) / F.size
 def update(state: dict, g: np.ndarray, args) -> dict:
@@ -416,7 +416,7 @@ def configure(args) -> argparse.Namespace:
         check(not fixed, f"--{', --'.join(fixed).replace('_', '-')} cannot change a resumed run; "
               f"only --{', --'.join(STEER).replace('_', '-')} can")
         for key, value in read_config(args.resume).items():
-            if getattr(args, key, False) is None and key not in ("workers", "ray_address"):
+            if getattr(args, key, False) is None and key not in ("workers", "ray", "ray_address"):
                 setattr(args, key, value)
     for key, value in {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}.items():
         setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
@@ -450,7 +450,7 @@ def configure(args) -> argparse.Namespace:
         ",")], act, args.ac_bins)
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
     args.workers = args.workers or (int(start_ray(args.ray_address).cluster_resources()["CPU"])
-                                    if args.ray else len(os.sched_getaffinity(0)))
+                                    if args.ray else os.cpu_count())
     return args
 def make_env(env_id: str, episode_length=None, render=False):
     kw = dict(max_episode_steps=episode_length) if episode_length else {}
@@ -739,7 +739,7 @@ def write_gif(args, state: dict, path: str) -> str:
     return path
 def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN_DIR
     path = args.evaluate_snapshots if args.play is None else args.play  # its options, policies
-    run_dir = os.path.dirname(os.path.dirname(path)) if path.endswith(".npz") else path
+    run_dir = os.path.abspath(os.path.join(path, "../..")) if path.endswith(".npz") else path
     vars(args).update({k: v for k, v in read_config(run_dir).items() if k in (
         "env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length")})
     args.seed, args.ac_noise_std, args.episodes = args.seed or 0, 0.0, args.episodes or 10

@@ -209,7 +209,7 @@ def main(argv=None):
     p.add_argument("--sigma", type=positive(float), default=0.1, help="σ, std of the noise")
     p.add_argument("--alpha", type=positive(float), default=0.05, help="α, step size")
     p.add_argument("--seed", type=positive(int, zero=True), default=0, help="seeds the pairs")
-    p.add_argument("--workers", type=positive(int), default=len(os.sched_getaffinity(0)),
+    p.add_argument("--workers", type=positive(int), default=os.cpu_count(),
                    help="worker processes (default: all cores)")
     p.add_argument("--ray", action="store_true", help="evaluate the pairs on Ray (pip install ray)")
     p.add_argument("--ray-address", help="with --ray: an existing cluster, e.g. 127.0.0.1:6379")
