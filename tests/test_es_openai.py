@@ -551,7 +551,8 @@ def test_missing_corrupt_pickled_and_mismatched_checkpoints(tmp_path):
     open(latest, "wb").write(b"not a checkpoint")
     assert "corrupt" in bad(tmp_path, "--play", good["run_dir"])
     marker = str(tmp_path / "unpickled")  # a checkpoint with a pickled object is refused, never unpickled
-    np.savez(latest, **{**dict(np.load(good["run_dir"] + "/checkpoints/iter_000001.npz")), "theta": booby_trapped(marker)})
+    snapshot = dict(np.load(good["run_dir"] + "/checkpoints/iter_000001.npz"))
+    np.savez(latest, **{**snapshot, "theta": booby_trapped(marker)})
     assert "corrupt" in bad(tmp_path, "--play", good["run_dir"]) and not os.path.exists(marker)
     os.remove(latest)
     assert "missing" in bad(tmp_path, "--resume", good["run_dir"])

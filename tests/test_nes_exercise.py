@@ -146,7 +146,8 @@ WRONG = [
     (5, {"train": [("results = [f.result() for f in futures]", "results = [f.result() for f in futures][::-1]"),
                    ("seeds = [r[0] for r in results]", "seeds = pair_seeds(seed, iteration, n_pairs)")]},
      "matched to the wrong seeds"),
-    (5, {"train": [("evaluate_pair, mu, s, sigma, env_name)", "evaluate_pair, mu, s, sigma=sigma, env_name=env_name)")]},
+    (5, {"train": [("evaluate_pair, mu, s, sigma, env_name)",
+                    "evaluate_pair, mu, s, sigma=sigma, env_name=env_name)")]},
      "by position"),
     (5, {"train": [("n_outputs(env.action_space), hidden)", "n_outputs(env.action_space))")]}, "with train's hidden"),
     (5, {"train": [("log(f\"iteration", "print(f\"iteration")]}, "not print"),
@@ -170,7 +171,8 @@ def test_each_wrong_answer_is_caught_at_its_part_with_its_message(part, replace,
     {"initial_policy": [("np.zeros(shape)", "np.zeros(shape, dtype=np.float32) + 0.0")]},
     {"train": [("R.mean():8.2f}\")", "R.mean():.0f}\", flush=True)")]},  # print's own keywords, rounded
     {"train": [("for f in futures]", "for f in as_completed(futures)]"),  # any order: matched by seed
-               ("    env = gym.make(env_name)", "    from concurrent.futures import as_completed\n    env = gym.make(env_name)")]}])
+               ("    env = gym.make(env_name)",
+                "    from concurrent.futures import as_completed\n    env = gym.make(env_name)")]}])
 def test_an_answer_that_changes_nothing_the_algorithm_computes_passes(replace):
     assert outcome(solved(**replace)) == [("passed", "")] * 5
 
