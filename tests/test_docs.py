@@ -141,3 +141,9 @@ def test_the_readme_is_short_and_starts_with_the_commands():
     first = "\n".join(lines[:40])
     for command in ("pip install -r requirements.txt", "python ars.py --env BipedalWalker-v3", "python -m pytest"):
         assert command in first, command
+
+
+@pytest.mark.parametrize("page, budget", [("es_basic.md", 300), ("ars.md", 450), ("es_openai.md", 600),
+                                          ("nes_exercise.md", 250)])
+def test_each_docs_page_keeps_its_budget(page, budget):
+    assert open(os.path.join(ROOT, "docs", page)).read().count("\n") <= budget
