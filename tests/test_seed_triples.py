@@ -63,3 +63,15 @@ def test_the_command_line_and_its_bad_input(tmp_path):
         assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
         assert bad.stdout == ""
     assert sorted(os.listdir(tmp_path)) == ["0", "1", "2", "bad", "inf"]  # nothing written
+
+
+def test_the_counts_come_from_a_docs_results_csv(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("script,env,seed,variant,reached_episodes,reached_env_steps\n"
+                    "ars.py,Hopper-v5,0,avx512,40,4000\nars.py,Hopper-v5,1,avx512,,\n"
+                    "ars.py,Hopper-v5,2,,10,1000\nars.py,Swimmer-v5,3,avx512,20,2000\n")
+    assert seed_triples.counts_from_csv(str(path), "Hopper-v5", "avx512") == [(0, 40), (1, math.inf)]
+    assert seed_triples.counts_from_csv(str(path), "Hopper-v5", "", "env_steps") == [(2, 1000)]
+    out = subprocess.run([sys.executable, SCRIPT, "--paper", "15", "--csv", str(path), "--env", "Hopper-v5"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "give at least 3 runs" in out.stderr

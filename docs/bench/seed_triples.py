@@ -1,7 +1,7 @@
 """How often would three seeds have met a paper's figure? Every triple of the given runs, counted.
 
-    python docs/bench/seed_triples.py --paper 1973 docs/bench/results/Hopper-v5__ars__*__avx512
-    python docs/bench/seed_triples.py --paper 31.6e6 --count env_steps docs/bench/results/Hopper-v5__es_openai__1__avx512 ...
+    python docs/bench/seed_triples.py --paper 1973 --csv docs/results/ars_mujoco.csv --env Hopper-v5 --variant avx512
+    python docs/bench/seed_triples.py --paper 1973 runs/Hopper-v5__ars__*     # run directories of your own
 
 A paper reports the episodes (or env steps) to a threshold over three seeds; runs of ars.py or
 es_openai.py give one count per seed (the --count column of progress.csv at the first evaluation
@@ -57,6 +57,16 @@ def fmt(v: float) -> str:
     return "not reached" if v == math.inf else f"{v:,.0f}"
 
 
+def counts_from_csv(path: str, env: str, variant: str, column: str = "episodes") -> list:
+    """[(seed, reached_<column> or inf)] of the rows of a docs/results CSV for env and variant."""
+    try:
+        with open(path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("env") == env and r.get("variant") == variant]
+        return [(int(r["seed"]), int(r[f"reached_{column}"]) if r[f"reached_{column}"] else math.inf) for r in rows]
+    except (OSError, KeyError, ValueError) as e:
+        fail(f"{path}: {e}")
+
+
 def triple_counts(values: list, paper: float) -> dict:
     """Over all triples of the per-seed counts: how many have a median, and how many an average,
     at or under the paper's figure; and how many single counts are."""
@@ -73,7 +83,10 @@ def main():
                    help="the paper's figure: episodes (or, with --count env_steps, env steps) to the threshold")
     p.add_argument("--count", default="episodes", choices=["episodes", "env_steps"],
                    help="what the paper counts (default: episodes)")
-    p.add_argument("runs", nargs="+", help="run directories of runs made with --target-return")
+    p.add_argument("runs", nargs="*", help="run directories of runs made with --target-return")
+    p.add_argument("--csv", help="instead of run directories: a docs/results CSV, with --env and --variant")
+    p.add_argument("--env", help="with --csv: the env of the rows to count")
+    p.add_argument("--variant", default="", help="with --csv: their variant (default: none)")
     a = p.parse_args()
     if not a.paper > 0 or math.isinf(a.paper):
         fail(f"--paper must be a positive number, not {a.paper}")
@@ -81,10 +94,11 @@ def main():
                or not os.path.isfile(os.path.join(r, "config.json"))]
     if missing:
         fail(f"{missing[0]} is not a run directory (no progress.csv and config.json)")
-    if len(a.runs) < 3:
+    found = counts_from_csv(a.csv, a.env, a.variant, a.count) if a.csv else [count_to_target(r, a.count)
+                                                                               for r in a.runs]
+    if len(found) < 3:
         fail("give at least 3 runs")
-    counts = sorted((count_to_target(r, a.count) for r in a.runs),
-                    key=lambda sc: sc[0] if isinstance(sc[0], int) else -1)  # by seed
+    counts = sorted(found, key=lambda sc: sc[0] if isinstance(sc[0], int) else -1)  # by seed
     values = sorted(c for _, c in counts)
     n, k = len(values), triple_counts(values, a.paper)
     median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
