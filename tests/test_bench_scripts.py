@@ -15,7 +15,6 @@ CASES = [
     ("es_openai_throughput.py", ["--population", "3"], "--population must be even"),
     ("es_openai_throughput.py", ["--env", "NoSuch-v0"], "`NoSuch` doesn't exist"),
     ("es_basic_compare.py", ["--seeds", "0"], "--seeds at least 1"),
-    ("core_swings.py", ["--seconds", "1"], "--seconds must be at least 3"),
     ("summarize.py", [], "required: RUN_DIR"),
     ("summarize.py", ["no/such/run"], "cannot read the run 'no/such/run'"),
     ("es_openai_memory.py", ["--bogus"], "es_openai.py's go after --"),

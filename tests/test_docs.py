@@ -18,8 +18,7 @@ def tracked(*suffixes) -> list:
         files = out.split()
     except (OSError, subprocess.CalledProcessError):
         files = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(ROOT) for f in fs]
-    return [f for f in files if f.endswith(suffixes) and not f.startswith(("runs/", "docs/bench/results/"))
-            or f == "docs/bench/results/README.md"]
+    return [f for f in files if f.endswith(suffixes) and not f.startswith("runs/")]
 
 
 def outside_code_blocks(text: str) -> list:
@@ -147,3 +146,14 @@ def test_the_readme_is_short_and_starts_with_the_commands():
                                           ("nes_exercise.md", 250)])
 def test_each_docs_page_keeps_its_budget(page, budget):
     assert open(os.path.join(ROOT, "docs", page)).read().count("\n") <= budget
+
+
+def test_the_tree_stays_small():
+    """The tracked files without .git under 5 MB, each GIF at most 2 MB (the run directories and the
+    benchmark diary live in git's history, docs/results/ holds the runs as data)."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not files:
+        pytest.skip("not a git checkout")
+    sizes = {f: os.path.getsize(os.path.join(ROOT, f)) for f in files if os.path.exists(os.path.join(ROOT, f))}
+    assert sum(sizes.values()) < 5e6
+    assert all(size <= 2e6 for f, size in sizes.items() if f.endswith(".gif"))

@@ -7,7 +7,7 @@
 # under runs/ (default bench):
 #   SEEDS="0 1 2 3" FLAGS="--actions raw" TAG=raw bash docs/bench/mujoco_thresholds.sh 600 Hopper-v5
 # Evaluations average the presets' 10 episodes; the paper's average 100, which FLAGS="--eval-episodes 100"
-# gives (docs/record/ars.md, "Evaluations of 100 episodes, as in the paper").
+# gives (docs/ars.md, "Episodes to the paper's thresholds (MuJoCo v5)").
 set -u
 cd "$(dirname "$0")/../.."
 limit=${1:-600}

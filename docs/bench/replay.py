@@ -31,7 +31,7 @@ tens of percent between repetitions. `measure` reports both:
   rates of those same seconds. Whatever the host does to both cores at once cancels out of the
   ratio; what it does to one core alone does not, and the two loops share the processor's caches.
   On the 2-core AMD EPYC of docs/ars.md the two cores' speeds were not correlated
-  (`core_swings.py`: r = -0.13 and 0.06 over 40 one-second windows), so there the pairing did not
+  (`core_swings.py` of commit 015dbc7: r = -0.13 and 0.06 over 40 one-second windows), so there the pairing did not
   narrow the spread.
 """
 import argparse

@@ -2,6 +2,7 @@
 preset, processor, start, commit) and what it reached (its target: the first evaluation at it, or
 with --confirm-episodes the first confirmation; the best evaluation; the totals).
 
+    git checkout 015dbc7 -- docs/bench/results       # the run directories behind docs/results/
     python docs/bench/results_csv.py                 # docs/bench/results/* -> docs/results/*.csv
     python docs/bench/results_csv.py --check         # exit 1 if docs/results/ is not what they give
 
