@@ -180,15 +180,14 @@ class Policy:
         self.layers = [Wb[0] if B == 1 else np.stack(Wb) for Wb in zip(*layers)]
         self.inputs = [np.ones((*lead, n + 1)) for n in sizes[:-1]]  # each input ends with the 1
         self.x0, self.obs = self.inputs[0].reshape(-1), self.inputs[0][..., :-1].reshape(B, -1)
-        self.hidden, self.act, self.B = [x[..., :-1] for x in self.inputs[1:]], ACTIVATIONS[
-            activation], B
+        self.hidden, self.B = [x[..., :-1] for x in self.inputs[1:]], B  # where activations go
+        self.act, self.discrete, self.bins = ACTIVATIONS[activation], hasattr(act, "n"), ac_bins
         inv_std = 1.0 / np.asarray(ob_std, np.float64)  # Eq. (9) on all of x0: the 1s stay 1
         clip = 5.0 if ob_clip else np.inf  # without normalization the observations go in raw
         rows = lambda a, one: np.tile(np.append(a, one), B)  # noqa: E731
         self.scale, self.shift = rows(inv_std, 1.0), rows(-np.asarray(ob_mean, np.float64)
                                                           * inv_std, 0.0)
         self.clip_low, self.clip_high = (rows(np.full(sizes[0], c), 1.0) for c in (-clip, clip))
-        self.discrete, self.bins = hasattr(act, "n"), ac_bins
         if not self.discrete:
             self.low, self.high = (np.tile(x.astype(np.float64), (B, 1)) for x in (act.low,
                                                                                     act.high))
@@ -235,7 +234,7 @@ def rollouts(envs: list, policy: Policy, env_seeds: list, rngs=None, ac_noise_st
     obs = [reset_env(envs[i], env_seeds[i // per])[0] for i in range(B)]
     total, signs, steps, running = [0.0] * B, [0.0] * B, [0] * B, list(range(B))
     kept = [[ob] if keep_obs and keep_obs[i // per] else None for i, ob in enumerate(obs)]
-    noisy, t, noise, t_policy, t_env = rngs is not None and ac_noise_std > 0, 0, None, 0.0, 0.0
+    noisy, t, t_policy, t_env = rngs is not None and ac_noise_std > 0, 0, 0.0, 0.0
     while running:
         t0 = time.perf_counter()
         if noisy and t % 256 == 0:  # (256, B, adim): each job's block from its own stream
@@ -298,7 +297,7 @@ def result(jobs: list, episodes: list, t_policy: float, t_env: float, seconds: f
     per, steps, out = len(episodes) // len(jobs), sum(e[2] for e in episodes), {}
     for j, (i, idx, keep, _, _, _, times) in enumerate(jobs):
         mine = episodes[per * j:per * j + per]
-        sums = [sum(e[3][i] for e in mine) for i in (0, 1)] if keep else [None, None]
+        sums = [sum(e[3][c] for e in mine) for c in (0, 1)] if keep else [None, None]  # S, S2
         out[i] = ("pair", idx, [e[0] for e in mine], [e[1] for e in mine], [e[2] for e in mine],
                   *sums, dict(times, mutation=times["mutation"] + seconds / len(jobs),
                               policy_us=1e6 * t_policy / steps, env_us=1e6 * t_env / steps))
@@ -640,10 +639,9 @@ class Run:
         self.pool = (RayPool if args.ray else Workers)(args, noise_table(args.noise_size,
                                                                          args.noise_seed))
     def log(self, state: dict, info: dict, ev):
-        a, it, R, L, nl = self.args, state["iteration"], info["returns"], info["lengths"], info[
-            "noiseless"]  # nl: the noiseless episodes' (return, length)
-        ev, state["wall_time"], nan = np.array([np.nan]) if ev is None else ev, time.time() - \
-            self.t0, np.nan
+        a, it, R, L = self.args, state["iteration"], info["returns"], info["lengths"]
+        nl, nan = info["noiseless"], np.nan  # nl: the noiseless episodes' (return, length) rows
+        ev, state["wall_time"] = np.array([nan]) if ev is None else ev, time.time() - self.t0
         self.ev = self.ev if np.isnan(ev).all() else ev.mean()
         speed = info["steps"] / info["time_gen"]
         print(it, state["episodes"], state["env_steps"], round(state["wall_time"], 2), R.mean(),

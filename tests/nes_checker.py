@@ -14,10 +14,6 @@ class Wrong(Exception):
     """A part computes something else: the message says what, and how to fix it."""
 
 
-class NotDone(Exception):
-    pass
-
-
 # ---------------------------------------------------------------- helpers
 
 def same(a, b) -> bool:
