@@ -157,3 +157,17 @@ def test_the_tree_stays_small():
     sizes = {f: os.path.getsize(os.path.join(ROOT, f)) for f in files if os.path.exists(os.path.join(ROOT, f))}
     assert sum(sizes.values()) < 5e6
     assert all(size <= 2e6 for f, size in sizes.items() if f.endswith(".gif"))
+
+
+def test_every_bench_script_is_cited_and_feeds_docs_results():
+    """docs/bench/ holds only the scripts behind a published figure or table: each is named in the
+    README or a docs page, and reads or appends docs/results/ (replay.py is the throughput scripts'
+    shared module)."""
+    pages = "".join(open(os.path.join(ROOT, f)).read() for f in tracked(".md") if not f.startswith("tests/"))
+    bench = os.path.join(ROOT, "docs", "bench")
+    for name in sorted(os.listdir(bench)):
+        if not name.endswith((".py", ".sh")) or name == "replay.py":
+            continue
+        text = open(os.path.join(bench, name)).read()
+        assert f"docs/bench/{name}" in pages, f"{name} is cited nowhere"
+        assert "docs/results" in text or re.search(r"from (results_csv|replay) import|results_csv\.py", text), name

@@ -9,7 +9,8 @@ workers, the bare loop split over 2 processes, a bare loop with random actions, 
 the 1-worker training again with the bare loop running beside it on the other core (paired). Training
 rates leave out the first iteration, which also creates each worker's environment. Prints the
 rates of each repetition, their medians, and the best of the repetitions iteration by
-iteration. How and why: docs/bench/replay.py.
+iteration. Every timed run becomes a row of docs/results/throughput.csv.
+How and why: docs/bench/replay.py.
 """
 import argparse
 import os

@@ -2,7 +2,8 @@
 # Hopper-v5's Table 3 anchor of docs/es_openai.md (3403.46 within 31.6 M env steps), one seed after
 # the other on all cores: each run stops when a 5-episode evaluation reaches the target, or is sent
 # SIGTERM (which leaves a checkpoint) once its progress.csv passes the paper's 31.6 M steps, or
-# after LIMIT seconds; then the final policy plays 20 fresh episodes.
+# after LIMIT seconds; then the final policy plays 20 fresh episodes (kept in its play.txt), and the
+# run is appended to docs/results/es_openai_mujoco.csv, its variant the TAG.
 #   SEEDS="0 1 2" FLAGS="--sigma 0.02 --alpha 0.01" TAG=sigma0.02 bash docs/bench/es_openai_hopper.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,5 +35,6 @@ for seed in $seeds; do
   done
   wait "$pid" 2>/dev/null
   [ -z "$run" ] && run=$(grep -m1 '^run directory:' "$log" | cut -d' ' -f3)
-  python es_openai.py --play "$run" --episodes 20 --seed 1000 2>/dev/null | tee -a "$log"
+  python es_openai.py --play "$run" --episodes 20 --seed 1000 2>/dev/null | tee "$run/play.txt"
+  python docs/bench/results_csv.py --append "$run" --variant "$tag"
 done

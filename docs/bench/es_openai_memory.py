@@ -3,8 +3,10 @@ its workers together, sampled every 0.2 s. PSS splits each shared page among the
 map it, so the shared noise table counts once, not once per worker.
 
     python docs/bench/es_openai_memory.py -- --env HalfCheetah-v5 --workers 2 --iterations 3
+    python docs/bench/es_openai_memory.py --script ../old/es_openai.py -- --env HalfCheetah-v5 --workers 2 --iterations 3
 
-Everything after -- goes to es_openai.py. Linux only (/proc/<pid>/smaps_rollup).
+Everything after -- goes to es_openai.py (or the --script given). Each run becomes a row of
+docs/results/memory.csv. Linux only (/proc/<pid>/smaps_rollup).
 """
 import os
 import subprocess
@@ -12,7 +14,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from results_csv import ROOT, append, machine
 
 
 def children(pid: int) -> list:
@@ -39,13 +41,14 @@ def main():
     if own in (["-h"], ["--help"]):
         print(__doc__.strip())
         return
-    if own:
-        print(f"es_openai_memory.py: error: unknown arguments {' '.join(own)}; es_openai.py's go after --",
+    script = own[1] if len(own) == 2 and own[0] == "--script" else os.path.join(ROOT, "es_openai.py")
+    if own and not (len(own) == 2 and os.path.isfile(script)):
+        print("es_openai_memory.py: error: give --script FILE or nothing before --, es_openai.py's options after it",
               file=sys.stderr)
         sys.exit(2)
     argv = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else ["--env", "HalfCheetah-v5", "--iterations", "3"]
     with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_openai.py"), *argv, "--out-dir", out],
+        proc = subprocess.Popen([sys.executable, script, *argv, "--out-dir", out],
                                 stdout=subprocess.DEVNULL)
         peak, peak_procs = 0, 0
         while proc.poll() is None:
@@ -58,6 +61,11 @@ def main():
         sys.exit(proc.returncode)
     print(f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak / 1e6:.2f} GB) over {peak_procs} processes; "
           f"exit status {proc.returncode}")
+    commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=os.path.dirname(os.path.abspath(script)),
+                            capture_output=True, text=True).stdout.strip()
+    print(append("memory.csv", [dict(machine(), script=f"{os.path.basename(script)} at {commit}", options=" ".join(argv),
+                                     peak_pss_gib=round(peak / 2**20, 3), processes=peak_procs)],
+                 "script options peak_pss_gib processes processor simd date commit".split()))
 
 
 if __name__ == "__main__":

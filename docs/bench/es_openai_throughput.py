@@ -10,7 +10,7 @@ the 1-worker training again with the bare loop running beside it on the other co
 Training rates leave out the first generation, which also creates each worker's environments.
 Prints the rates of each repetition, their medians, and the best of the repetitions generation
 by generation; last, the per-step cost of the policy and of env.step as the workers measured
-them. How and why: docs/bench/replay.py.
+them. Every timed run becomes a row of docs/results/throughput.csv. How and why: docs/bench/replay.py.
 """
 import argparse
 import contextlib
@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import es_openai as eo  # noqa: E402
 import numpy as np  # noqa: E402
 from replay import measure  # noqa: E402
+from results_csv import THROUGHPUT, append, machine  # noqa: E402
 
 
 def es_args(env_id: str, workers: int, iterations: int, population: int, extra: list, out: str):
@@ -85,7 +86,11 @@ def main():
         return gens
 
     measure(eo, "es_openai.py", a.env, training, a.repeats, random_episodes=a.population)
-    policy_us, env_us, share = np.median(np.array(costs[1:]), axis=0)  # costs[0]: the recording run
+    policy_us, env_us, share = np.median(np.array(costs[1::2]), axis=0)  # not the recording run, nor the paired
+    here = dict(machine(), bench="es_openai_throughput.py", env=a.env, workers=1, unit="us/step")
+    append("throughput.csv", [dict(here, run=f"es_openai.py's {part}, per step", repetition=r + 1, value=round(v, 2))
+                              for r, (policy, env, _) in enumerate(costs[1::2])  # the runs without the loop beside
+                              for part, v in (("policy", policy), ("env.step", env))], THROUGHPUT)
     print(f"\nper step, 1 worker (medians): policy {policy_us:.1f} us, env.step {env_us:.1f} us "
           f"(env.step is {share:.0%} of the worker's time)")
 

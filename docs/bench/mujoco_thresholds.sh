@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Episodes to the ARS paper's thresholds on the v5 MuJoCo tasks (docs/ars.md, "Results"):
 # each preset with --target-return, seeds 0, 1, 2, on all cores, each run stopped after
-# LIMIT seconds at most (SIGTERM leaves a checkpoint).
+# LIMIT seconds at most (SIGTERM leaves a checkpoint), then appended to docs/results/ars_mujoco.csv,
+# its variant the TAG.
 #   bash docs/bench/mujoco_thresholds.sh [LIMIT, default 600] [ENV ...]
 # SEEDS picks the seeds (default "0 1 2"), FLAGS adds flags to every run and TAG names the folder
 # under runs/ (default bench):
@@ -22,6 +23,7 @@ for env in $envs; do
     timeout -s TERM "$limit" python ars.py --env "$env" --seed "$seed" --target-return "${target[$env]}" \
       ${FLAGS:-} --out-dir "$out" > "$out/${env}_seed$seed.log" 2>&1
     tail -n 1 "$out/${env}_seed$seed.log"
+    run=$(grep -m1 '^run directory:' "$out/${env}_seed$seed.log" | cut -d' ' -f3)
+    python docs/bench/results_csv.py --append "$run" --variant "${TAG:-}"
   done
 done
-for env in $envs; do python docs/bench/summarize.py "$out"/${env}__ars__*; done

@@ -10,7 +10,8 @@ Each repetition runs, one after the other: a bare loop (env.step with actions dr
 the first with 2, the second with 2 (ars.py: 10 iterations of N = b = 8 directions; es_openai.py:
 6 generations of 40 episodes, a table of 10 million numbers; no evaluation).
 A run's rate is the median of the steps_per_s column (the training part of an iteration)
-over iterations 2 and later. Prints each repetition, then the medians and the ratios new / old.
+over iterations 2 and later. Prints each repetition, then the medians and the ratios new / old;
+every timed run becomes a row of docs/results/throughput.csv, each script named with its commit.
 """
 import argparse
 import csv
@@ -24,6 +25,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from results_csv import THROUGHPUT, append, machine
 
 
 FLAGS = {"ars.py": ["--iterations", "10", "--n-directions", "8", "--top-b", "8"],
@@ -76,6 +78,10 @@ def main():
             os.path.basename(a.new):
         p.error("give two ars.py or two es_openai.py files, and --repeats at least 1")
     rates = {(who, w): [] for who in ("bare", "old", "new") for w in (1, 2) if who != "bare" or w == 1}
+    name = {"bare": "bare loop, random actions", **{who: f"{os.path.basename(path)} at " + subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], cwd=os.path.dirname(os.path.abspath(path)), capture_output=True,
+        text=True).stdout.strip() for who, path in (("old", a.old), ("new", a.new))}}
+    here = dict(machine(), bench="old_new.py", env=a.env, unit="steps/s")
     for k in range(a.repeats):
         rates["bare", 1].append(bare_rate(a.env))
         for w in (1, 2):
@@ -83,6 +89,8 @@ def main():
                 rates[who, w].append(rate(script, a.env, w))
         print(f"repetition {k + 1}: " + ", ".join(f"{who} {w}w {r[-1]:,.0f}" for (who, w), r in rates.items()),
               flush=True)
+        append("throughput.csv", [dict(here, run=name[who], workers=w, repetition=k + 1, value=round(r[-1], 1))
+                                  for (who, w), r in rates.items()], THROUGHPUT)
     med = {key: statistics.median(r) for key, r in rates.items()}
     for w in (1, 2):
         print(f"{w} worker(s): old {med['old', w]:,.0f}, new {med['new', w]:,.0f} steps/s, "

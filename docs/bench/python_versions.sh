@@ -5,6 +5,7 @@
 #   bash docs/bench/python_versions.sh PYTHON [PYTHON ...]
 #   bash docs/bench/python_versions.sh ~/.pyenv/versions/3.10.13/bin/python ~/.pyenv/versions/3.12.1/bin/python
 # RAY=1 also installs Ray, as .ci/run does, so that tests/test_ray.py runs instead of skipping.
+# Each Python becomes a row of docs/results/python_versions.csv: the versions installed and pytest's summary.
 set -u
 [ $# -ge 1 ] || { echo "usage: bash docs/bench/python_versions.sh PYTHON [PYTHON ...]" >&2; exit 2; }
 pythons=()
@@ -14,6 +15,12 @@ for py in "$@"; do  # resolved before the cd below, so that a relative path mean
   pythons+=("$found")
 done
 cd "$(dirname "$0")/../.."
+row() {  # PYTHON PACKAGES PYTEST-SUMMARY -> a row of docs/results/python_versions.csv
+  "$1" -c 'import platform, sys; sys.path.insert(0, "docs/bench"); from results_csv import append, machine
+append("python_versions.csv", [dict(python=platform.python_version(), packages=sys.argv[1], tests=sys.argv[2],
+       ray=sys.argv[3], **machine())], "python packages tests ray processor simd date commit".split())' \
+    "$2" "$3" "${RAY:-0}"
+}
 status=0
 for py in "${pythons[@]}"; do
   dir=$(mktemp -d)
@@ -22,14 +29,17 @@ for py in "${pythons[@]}"; do
   "$dir/venv/bin/python" -m pip install --quiet --upgrade pip > /dev/null 2>&1
   if ! "$dir/venv/bin/python" -m pip install --quiet --only-binary=:all: -r requirements.txt > "$dir/pip.log" 2>&1; then
     echo "   install failed (last lines of pip's output):"; tail -n 5 "$dir/pip.log" | sed 's/^/   /'
-    status=1; rm -rf "$dir"; continue
+    row "$py" "install failed" ""; status=1; rm -rf "$dir"; continue
   fi
   if [ "${RAY:-0}" = 1 ]; then "$dir/venv/bin/python" -m pip install --quiet --only-binary=:all: "ray>=2.40" > /dev/null 2>&1 || echo "   Ray did not install"; fi
-  "$dir/venv/bin/python" -c "import numpy, gymnasium, mujoco, matplotlib, Box2D
-print('   numpy', numpy.__version__, '| gymnasium', gymnasium.__version__, '| mujoco', mujoco.__version__,
-      '| matplotlib', matplotlib.__version__, '| Box2D', Box2D.__version__)"
-  "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider 2>&1 | tail -n 1 | sed 's/^/   /'
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  got=$("$dir/venv/bin/python" -c "import numpy, gymnasium, mujoco, matplotlib, Box2D
+print('numpy', numpy.__version__, '| gymnasium', gymnasium.__version__, '| mujoco', mujoco.__version__,
+      '| matplotlib', matplotlib.__version__, '| Box2D', Box2D.__version__)")
+  echo "   $got"
+  "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider > "$dir/pytest.log" 2>&1
+  [ $? = 0 ] || status=1
+  tail -n 1 "$dir/pytest.log" | sed 's/^/   /'
+  row "$py" "$got" "$(tail -n 1 "$dir/pytest.log")"
   rm -rf "$dir"
 done
 exit $status

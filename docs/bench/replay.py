@@ -41,10 +41,12 @@ import importlib
 import itertools
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import time
 
 import numpy as np
+from results_csv import THROUGHPUT, append, machine
 
 
 class Recorder:
@@ -220,7 +222,7 @@ def beside(module, env_id: str, folder: str, skip: int, run):
 
 
 def measure(module, script: str, env_id: str, train, repeats: int, random_episodes: int) -> dict:
-    """Print the throughput table. train(workers) runs a training and returns, per iteration,
+    """Print the throughput table and append each repetition's runs to docs/results/throughput.csv. train(workers) runs a training and returns, per iteration,
     (episodes, env steps, seconds of its training part); the first iteration, which also creates
     each worker's environment, is left out of every rate."""
     with tempfile.TemporaryDirectory() as folder:
@@ -254,6 +256,12 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
             bare, one, two = (n / sum(runs[k][-1]) for k in ("bare", "one", "two"))
             rows.append((bare, one, one / bare, two, two / one, bare2, bare2 / bare, rand, one_paired, bare_beside,
                          one_paired / bare_beside))
+            here = dict(machine(), bench=os.path.basename(sys.argv[0]), env=env_id, repetition=r + 1, unit="steps/s")
+            append("throughput.csv", [dict(here, run=run, workers=w, value=round(v, 1)) for run, w, v in (
+                ("bare loop, the training's episodes", 1, bare), (script, 1, one), (script, 2, two),
+                ("bare loop, the training's episodes", 2, bare2), ("bare loop, random actions", 1, rand),
+                (f"{script} beside a bare loop", 1, one_paired), (f"bare loop beside {script}", 1, bare_beside))],
+                   THROUGHPUT)
             print(f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x | "
                   f"{bare2:,.0f} | {bare2 / bare:.2f}x | {rand:,.0f} | {one_paired:,.0f} | {bare_beside:,.0f} | "
                   f"{one_paired / bare_beside:.2f} |", flush=True)

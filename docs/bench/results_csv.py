@@ -1,50 +1,85 @@
-"""One CSV row per kept benchmark run: what ran (script, env, seed, the flags that differ from the
+"""One CSV row per benchmark run: what ran (script, env, seed, the flags that differ from the
 preset, processor, start, commit) and what it reached (its target: the first evaluation at it, or
-with --confirm-episodes the first confirmation; the best evaluation; the totals).
+with --confirm-episodes the first confirmation; the best evaluation; the --play return; the totals).
 
-    git checkout 015dbc7 -- docs/bench/results       # the run directories behind docs/results/
+    python docs/bench/results_csv.py --append RUN_DIR ... [--variant V]   # rows added to docs/results/
+    git checkout 015dbc7 -- docs/bench/results       # the run directories of the older rows
     python docs/bench/results_csv.py                 # docs/bench/results/* -> docs/results/*.csv
     python docs/bench/results_csv.py --check         # exit 1 if docs/results/ is not what they give
 
-A run directory is `<env>__<script>__<seed>[__<variant>]` with its config.json and progress.csv. The
-rows go to docs/results/<script>_<family>.csv: BipedalWalker-v3 apart, the MuJoCo tasks together.
+A run directory is `<env>__<script>__<seed>[__<variant>][__<start>]` with its config.json,
+progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s output). The rows
+go to docs/results/<script>_<family>.csv: es_basic.py's solves; for the others BipedalWalker-v3
+apart, the MuJoCo tasks together. The benchmark scripts also import `machine` and `append` from here.
 """
 import argparse
 import csv
+import datetime
 import glob
+import importlib
 import io
 import json
 import math
 import os
+import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-import ars  # noqa: E402
-import es_openai  # noqa: E402
-
-PRESETS = {"ars": (ars.GENERIC, ars.PRESETS), "es_openai": (es_openai.GENERIC, es_openai.PRESETS)}
 NOT_FLAGS = {"env", "seed", "iterations", "out_dir", "workers", "save_every", "target_return", "resume", "play",
              "episodes", "video", "video_every", "ray", "ray_address", "lockstep", "evaluate_snapshots"}
 COLUMNS = ("script env seed variant flags processor simd started commit target reached_iteration "
-           "reached_episodes reached_env_steps reached_wall_time_s confirm_return best_eval best_eval_iteration "
+           "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_episodes best_eval best_eval_iteration "
            "iterations episodes env_steps wall_time_s").split()
+THROUGHPUT = "bench env run workers repetition value unit processor simd date commit".split()  # throughput.csv
 
 
 def number(text: str) -> float:
     return float(text) if text not in ("", "nan") else math.nan
 
 
-def row(run_dir: str) -> dict:
+def machine() -> dict:
+    """This machine's processor and SIMD, the time (UTC) and the commit checked out."""
+    cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    name = re.search(r"model name\s*:\s*(.*)", cpu)
+    flags = re.search(r"flags\s*:\s*(.*)", cpu)
+    commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return dict(processor=re.sub(r"\((R|TM)\)| Processor| CPU .*| \d+-Core.*", "", name.group(1)).strip() if name
+                else "", simd=" ".join(f for f in ("avx2", "avx512f") if flags and f in flags.group(1).split()),
+                date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}", commit=commit.stdout.strip())
+
+
+def append(name: str, rows: list, columns: list, out: str = os.path.join(ROOT, "docs", "results")) -> str:
+    """Add rows to docs/results/<name>, with the header if the file is new; returns the path."""
+    path = os.path.join(out, name)
+    new = not os.path.exists(path)
+    with open(path, "a") as f:
+        writer = csv.DictWriter(f, columns, lineterminator="\n")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def norm(value) -> str:  # (64, 64) or [64, 64] -> '64,64', as config.json's lists are compared below
+    return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+
+
+def row(run_dir: str, variant: str = None) -> dict:
     """The CSV row of one run directory."""
-    env, script, seed, *variant = os.path.basename(os.path.normpath(run_dir)).split("__")
+    env, script, seed, *rest = os.path.basename(os.path.normpath(run_dir)).split("__")
+    stamp = rest.pop() if rest and re.fullmatch(r"\d{8}-\d{6}", rest[-1]) else ""
+    variant = rest if variant is None else [variant]
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
     with open(os.path.join(run_dir, "progress.csv")) as f:
         rows = list(csv.DictReader(f))
-    generic, presets = PRESETS[script]
-    preset = {**generic, **presets.get(env, {})}
-    flags = [f"--{k.replace('_', '-')} {cfg[k]}" for k in sorted(preset) if k not in NOT_FLAGS and k in cfg
-             and cfg[k] is not None and str(cfg[k]).replace(" ", "").strip("[]") != str(preset[k])]
+    generic, presets = (module := importlib.import_module(script)).GENERIC, module.PRESETS  # today's preset
+    defaults = {k: v for k, v in vars(module.build_parser().parse_args([])).items() if v is not None}
+    preset = {**defaults, **generic, **presets.get(env, {})}
+    flags = [(f"--{k}" if cfg[k] else f"--no-{k}").replace("_", "-") if isinstance(cfg[k], bool) else
+             f"--{k.replace('_', '-')} {cfg[k]}" for k in sorted(preset) if k not in NOT_FLAGS and k in cfg
+             and cfg[k] is not None and str(cfg[k]).replace(" ", "").strip("[]") != norm(preset[k])]
     versions = cfg.get("versions", {})
     simd = versions.get("simd") or (["avx512f"] if cfg.get("avx512") else [])
     target = cfg.get("target_return")
@@ -55,7 +90,10 @@ def row(run_dir: str) -> dict:
     else:
         reached = next((r for r, e in evals if target is not None and e >= target), None)
     best = max(evals, key=lambda x: x[1]) if evals else None
-    stamp = str(cfg.get("run_dir", "")).rsplit("__", 1)[-1]  # YYYYmmdd-HHMMSS
+    stamp = stamp or str(cfg.get("run_dir", "")).rsplit("__", 1)[-1]  # YYYYmmdd-HHMMSS
+    played = os.path.join(run_dir, "play.txt")
+    play = re.search(r"mean return (\S+) \+- \S+ over (\d+) episodes", open(played).read()) \
+        if os.path.exists(played) else None
     last = rows[-1]
     return dict(
         script=f"{script}.py", env=env, seed=int(seed), variant="__".join(variant), flags=" ".join(flags),
@@ -67,9 +105,16 @@ def row(run_dir: str) -> dict:
         reached_wall_time_s=reached["wall_time_s"] if reached else "",
         confirm_return=reached.get("confirm_return_mean", "") if reached and reached.get(
             "confirm_return_mean", "nan") != "nan" else "",
+        play_return=play.group(1) if play else "", play_episodes=play.group(2) if play else "",
         best_eval=round(best[1], 2) if best else "", best_eval_iteration=best[0]["iteration"] if best else "",
         iterations=last["iteration"], episodes=last["episodes"], env_steps=last["env_steps"],
         wall_time_s=last["wall_time_s"])
+
+
+def family(r: dict) -> str:
+    kind = "solves" if r["script"] == "es_basic.py" else "bipedalwalker" if r["env"].startswith(
+        "BipedalWalker") else "mujoco"
+    return f"{r['script'][:-3]}_{kind}.csv"
 
 
 def tables(results: str) -> dict:
@@ -77,8 +122,7 @@ def tables(results: str) -> dict:
     out = {}
     for run_dir in sorted(glob.glob(os.path.join(results, "*__*"))):
         r = row(run_dir)
-        family = "bipedalwalker" if r["env"].startswith("BipedalWalker") else "mujoco"
-        out.setdefault(f"{r['script'][:-3]}_{family}.csv", []).append(r)
+        out.setdefault(family(r), []).append(r)
     texts = {}
     for name, rows in out.items():
         text = io.StringIO()
@@ -95,7 +139,16 @@ def main():
     p.add_argument("--results", default=os.path.join(ROOT, "docs", "bench", "results"))
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
     p.add_argument("--check", action="store_true", help="compare, write nothing")
+    p.add_argument("--append", nargs="+", metavar="RUN_DIR", help="add these runs' rows instead")
+    p.add_argument("--variant", help="with --append: the rows' variant (default: from the folder name)")
     a = p.parse_args()
+    if a.append:
+        for run_dir in a.append:
+            if not os.path.isfile(os.path.join(run_dir, "progress.csv")):
+                p.error(f"'{run_dir}' holds no progress.csv")
+        for r in (dict(row(run_dir, a.variant), processor=machine()["processor"]) for run_dir in a.append):
+            print(f"{append(family(r), [r], COLUMNS, a.out)}: {r['env']} seed {r['seed']}")
+        return
     if not glob.glob(os.path.join(a.results, "*__*")):
         p.error(f"no run directories in '{a.results}'")
     texts = tables(a.results)
