@@ -59,7 +59,7 @@ def main():
             time.sleep(0.2)
     if proc.returncode != 0:  # es_openai.py said why on stderr
         sys.exit(proc.returncode)
-    print(f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak / 1e6:.2f} GB) over {peak_procs} processes; "
+    print(f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak * 1024 / 1e9:.2f} GB) over {peak_procs} processes; "
           f"exit status {proc.returncode}")
     commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=os.path.dirname(os.path.abspath(script)),
                             capture_output=True, text=True).stdout.strip()
