@@ -20,10 +20,10 @@ VARIANTS = {"plain": ["--no-mirror"], "raw": ["--fitness", "none"], "plain_raw":
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = lambda message: p.exit(2, f"es_basic_compare.py: error: {message}\n")  # one line, no usage block
     p.add_argument("--env", default="CartPole-v1")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated (default 0,1,2)")
     a = p.parse_args()
     if not all(seed.isdigit() for seed in a.seeds.split(",")):
         p.error("--seeds must be comma-separated integers, such as 0,1,2")

@@ -3,7 +3,8 @@ its workers together, sampled every 0.2 s. PSS splits each shared page among the
 map it, so the shared noise table counts once, not once per worker.
 
     python docs/bench/es_openai_memory.py -- --env HalfCheetah-v5 --workers 2 --iterations 3
-    python docs/bench/es_openai_memory.py --script ../old/es_openai.py -- --env HalfCheetah-v5 --workers 2 --iterations 3
+    python docs/bench/es_openai_memory.py --script ../old/es_openai.py -- --env HalfCheetah-v5 --workers 2 \
+        --iterations 3
 
 Everything after -- goes to es_openai.py (or the --script given). Each run becomes a row of
 docs/results/memory.csv. Linux only (/proc/<pid>/smaps_rollup).
@@ -63,9 +64,9 @@ def main():
           f"exit status {proc.returncode}")
     commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=os.path.dirname(os.path.abspath(script)),
                             capture_output=True, text=True).stdout.strip()
-    print(append("memory.csv", [dict(machine(), script=f"{os.path.basename(script)} at {commit}", options=" ".join(argv),
-                                     peak_pss_gib=round(peak / 2**20, 3), processes=peak_procs)],
-                 "script options peak_pss_gib processes processor simd date commit".split()))
+    row = dict(machine(), script=f"{os.path.basename(script)} at {commit}", options=" ".join(argv),
+               peak_pss_gib=round(peak / 2**20, 3), processes=peak_procs)
+    print(append("memory.csv", [row], "script options peak_pss_gib processes processor simd date commit".split()))
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def bare_rate(env_id: str, episodes: int = 10) -> float:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = lambda message: p.exit(2, f"old_new.py: error: {message}\n")  # one line, no usage block
     p.add_argument("old")
     p.add_argument("new")

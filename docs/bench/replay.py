@@ -222,7 +222,8 @@ def beside(module, env_id: str, folder: str, skip: int, run):
 
 
 def measure(module, script: str, env_id: str, train, repeats: int, random_episodes: int) -> dict:
-    """Print the throughput table and append each repetition's runs to docs/results/throughput.csv. train(workers) runs a training and returns, per iteration,
+    """Print the throughput table and append each repetition's runs to docs/results/throughput.csv.
+    train(workers) runs a training and returns, per iteration,
     (episodes, env steps, seconds of its training part); the first iteration, which also creates
     each worker's environment, is left out of every rate."""
     with tempfile.TemporaryDirectory() as folder:

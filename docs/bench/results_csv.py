@@ -30,8 +30,8 @@ sys.path.insert(0, ROOT)
 NOT_FLAGS = {"env", "seed", "iterations", "out_dir", "workers", "save_every", "target_return", "resume", "play",
              "episodes", "video", "video_every", "ray", "ray_address", "lockstep", "evaluate_snapshots"}
 COLUMNS = ("script env seed variant flags processor simd started commit target reached_iteration "
-           "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_episodes best_eval best_eval_iteration "
-           "iterations episodes env_steps wall_time_s").split()
+           "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_episodes "
+           "best_eval best_eval_iteration iterations episodes env_steps wall_time_s").split()
 THROUGHPUT = "bench env run workers repetition value unit processor simd date commit".split()  # throughput.csv
 
 
@@ -134,10 +134,11 @@ def tables(results: str) -> dict:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.error = lambda message: p.exit(2, f"results_csv.py: error: {message}\n")
-    p.add_argument("--results", default=os.path.join(ROOT, "docs", "bench", "results"))
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"))
+    p.add_argument("--results", default=os.path.join(ROOT, "docs", "bench", "results"),
+                   help="the folder of run directories to build every CSV from (default: docs/bench/results)")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"), help="where the CSVs are (docs/results)")
     p.add_argument("--check", action="store_true", help="compare, write nothing")
     p.add_argument("--append", nargs="+", metavar="RUN_DIR", help="add these runs' rows instead")
     p.add_argument("--variant", help="with --append: the rows' variant (default: from the folder name)")
