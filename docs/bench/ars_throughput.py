@@ -13,6 +13,7 @@ iteration. Every timed run becomes a row of docs/results/throughput.csv.
 How and why: docs/bench/replay.py.
 """
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -54,6 +55,8 @@ def main():
     if a.iterations < 2 or not 1 <= a.n_directions <= 10**4 or a.repeats < 1:
         p.error("--iterations must be at least 2 (the first is left out), --n-directions 1 to 10000, "
                 "--repeats at least 1")
+    with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every forked process too
+        __import__("mujoco").set_mju_user_warning(lambda message: None)
     ars.configure(ars.build_parser().parse_args(["--env", a.env]))  # an unusable id: one line, exit 2
     measure(ars, "ars.py", a.env, lambda workers: ars_training(a.env, workers, a.iterations, a.n_directions),
             a.repeats, random_episodes=4 * a.n_directions)
