@@ -17,6 +17,7 @@ CASES = [
     ("es_basic_compare.py", ["--seeds", "0,x"], "--seeds must be comma-separated integers"),
     ("results_csv.py", ["--append", "no/such/run"], "'no/such/run' holds no progress.csv"),
     ("es_openai_memory.py", ["--bogus"], "give --script FILE or nothing before --"),
+    ("es_openai_memory.py", ["--workers", "2"], "give --script FILE or nothing before --"),
 ]
 
 
@@ -61,3 +62,7 @@ def test_a_run_becomes_one_row_appended_under_its_header(tmp_path):
     with open(path) as f:
         lines = f.read().splitlines()
     assert lines[0] == ",".join(results_csv.COLUMNS) and len(lines) == 3 and lines[1] == lines[2]
+    with pytest.raises(SystemExit, match="its header is not"):  # another layout: nothing appended
+        results_csv.append("rows.csv", [{k: r[k] for k in results_csv.COLUMNS[:-1]}], results_csv.COLUMNS[:-1],
+                           out=str(tmp_path))
+    assert open(path).read().splitlines() == lines

@@ -15,6 +15,7 @@ for seed in ${SEEDS:-0 1 2}; do
   timeout -s TERM "$limit" python ars.py --env BipedalWalker-v3 --seed "$seed" ${FLAGS:-} --out-dir "$out" \
     > "$out/bipedal_seed$seed.log" 2>&1
   run=$(grep -m1 '^run directory:' "$out/bipedal_seed$seed.log" | cut -d' ' -f3)
+  [ -n "$run" ] || { echo "seed $seed made no run directory: see $out/bipedal_seed$seed.log"; continue; }
   python ars.py --play "$run" --episodes 100 --seed 1000 | tee "$run/play.txt"
   python docs/bench/results_csv.py --append "$run" --variant "${TAG:-}"
 done

@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import es_basic as es  # noqa: E402
-from results_csv import COLUMNS, append, family, machine, row  # noqa: E402
+from results_csv import COLUMNS, append, appended, family  # noqa: E402
 
 VARIANTS = {"plain": ["--no-mirror"], "raw": ["--fitness", "none"], "plain_raw": ["--no-mirror", "--fitness", "none"]}
 
@@ -34,7 +34,7 @@ def main():
             argv = ["--env", a.env, "--seed", seed, "--out-dir", os.path.join("runs", "bench", variant), *flags]
             with contextlib.redirect_stdout(open(os.devnull, "w")):
                 run_dir = es.train(es.configure(es.build_parser().parse_args(argv)))["run_dir"]
-            r = dict(row(run_dir, variant), processor=machine()["processor"])
+            r = appended(run_dir, variant)
             append(family(r), [r], COLUMNS)
             print(f"| {variant} | {seed} | {r['reached_episodes'] or 'not reached'} | {r['best_eval']} |", flush=True)
 

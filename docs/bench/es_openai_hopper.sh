@@ -35,6 +35,7 @@ for seed in $seeds; do
   done
   wait "$pid" 2>/dev/null
   [ -z "$run" ] && run=$(grep -m1 '^run directory:' "$log" | cut -d' ' -f3)
+  [ -n "$run" ] || { echo "seed $seed made no run directory: see $log"; continue; }
   python es_openai.py --play "$run" --episodes 20 --seed 1000 2>/dev/null | tee "$run/play.txt"
   python docs/bench/results_csv.py --append "$run" --variant "$tag"
 done

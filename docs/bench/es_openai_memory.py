@@ -43,7 +43,7 @@ def main():
         print(__doc__.strip())
         return
     script = own[1] if len(own) == 2 and own[0] == "--script" else os.path.join(ROOT, "es_openai.py")
-    if own and not (len(own) == 2 and os.path.isfile(script)):
+    if own and not (len(own) == 2 and own[0] == "--script" and os.path.isfile(script)):
         print("es_openai_memory.py: error: give --script FILE or nothing before --, es_openai.py's options after it",
               file=sys.stderr)
         sys.exit(2)

@@ -17,6 +17,7 @@ for env in $envs; do
     log="$out/es_openai_${env}_seed$seed.log"
     timeout -s TERM "$limit" python es_openai.py --env "$env" --seed "$seed" --out-dir "$out" > "$log" 2>&1
     run=$(grep -m1 '^run directory:' "$log" | cut -d' ' -f3)
+    [ -n "$run" ] || { echo "$env seed $seed made no run directory: see $log"; continue; }
     python es_openai.py --play "$run" --episodes 20 --seed 1000 2>/dev/null | tee "$run/play.txt"
     python docs/bench/results_csv.py --append "$run" --variant "${TAG:-}"
   done

@@ -24,6 +24,6 @@ for env in $envs; do
       ${FLAGS:-} --out-dir "$out" > "$out/${env}_seed$seed.log" 2>&1
     tail -n 1 "$out/${env}_seed$seed.log"
     run=$(grep -m1 '^run directory:' "$out/${env}_seed$seed.log" | cut -d' ' -f3)
-    python docs/bench/results_csv.py --append "$run" --variant "${TAG:-}"
+    [ -n "$run" ] && python docs/bench/results_csv.py --append "$run" --variant "${TAG:-}"
   done
 done

@@ -81,7 +81,6 @@ def main():
     name = {"bare": "bare loop, random actions", **{who: f"{os.path.basename(path)} at " + subprocess.run(
         ["git", "rev-parse", "--short=7", "HEAD"], cwd=os.path.dirname(os.path.abspath(path)), capture_output=True,
         text=True).stdout.strip() for who, path in (("old", a.old), ("new", a.new))}}
-    here = dict(machine(), bench="old_new.py", env=a.env, unit="steps/s")
     for k in range(a.repeats):
         rates["bare", 1].append(bare_rate(a.env))
         for w in (1, 2):
@@ -89,6 +88,7 @@ def main():
                 rates[who, w].append(rate(script, a.env, w))
         print(f"repetition {k + 1}: " + ", ".join(f"{who} {w}w {r[-1]:,.0f}" for (who, w), r in rates.items()),
               flush=True)
+        here = dict(machine(), bench=f"old_new.py {os.path.basename(a.new)}", env=a.env, unit="steps/s")
         append("throughput.csv", [dict(here, run=name[who], workers=w, repetition=k + 1, value=round(r[-1], 1))
                                   for (who, w), r in rates.items()], THROUGHPUT)
     med = {key: statistics.median(r) for key, r in rates.items()}

@@ -19,11 +19,12 @@ row() {  # PYTHON PACKAGES PYTEST-SUMMARY -> a row of docs/results/python_versio
   "$1" -c 'import platform, sys; sys.path.insert(0, "docs/bench"); from results_csv import append, machine
 append("python_versions.csv", [dict(python=platform.python_version(), packages=sys.argv[1], tests=sys.argv[2],
        ray=sys.argv[3], **machine())], "python packages tests ray processor simd date commit".split())' \
-    "$2" "$3" "${RAY:-0}"
+    "$2" "$3" "$ray"
 }
 status=0
 for py in "${pythons[@]}"; do
   dir=$(mktemp -d)
+  ray=0
   echo "== $("$py" --version 2>&1) ($py)"
   if ! "$py" -m venv "$dir/venv"; then echo "   venv failed"; status=1; rm -rf "$dir"; continue; fi
   "$dir/venv/bin/python" -m pip install --quiet --upgrade pip > /dev/null 2>&1
@@ -31,7 +32,10 @@ for py in "${pythons[@]}"; do
     echo "   install failed (last lines of pip's output):"; tail -n 5 "$dir/pip.log" | sed 's/^/   /'
     row "$py" "install failed" ""; status=1; rm -rf "$dir"; continue
   fi
-  if [ "${RAY:-0}" = 1 ]; then "$dir/venv/bin/python" -m pip install --quiet --only-binary=:all: "ray>=2.40" > /dev/null 2>&1 || echo "   Ray did not install"; fi
+  if [ "${RAY:-0}" = 1 ]; then
+    if "$dir/venv/bin/python" -m pip install --quiet --only-binary=:all: "ray>=2.40" > /dev/null 2>&1; then ray=1
+    else echo "   Ray did not install"; fi
+  fi
   got=$("$dir/venv/bin/python" -c "import numpy, gymnasium, mujoco, matplotlib, Box2D
 print('numpy', numpy.__version__, '| gymnasium', gymnasium.__version__, '| mujoco', mujoco.__version__,
       '| matplotlib', matplotlib.__version__, '| Box2D', Box2D.__version__)")

@@ -4,8 +4,8 @@ with --confirm-episodes the first confirmation; the best evaluation; the --play 
 
     python docs/bench/results_csv.py --append RUN_DIR ... [--variant V]   # rows added to docs/results/
     git checkout 015dbc7 -- docs/bench/results       # the run directories of the older rows
-    python docs/bench/results_csv.py                 # docs/bench/results/* -> docs/results/*.csv
-    python docs/bench/results_csv.py --check         # exit 1 if docs/results/ is not what they give
+    python docs/bench/results_csv.py --check         # exit 1 if a row they give is missing
+    python docs/bench/results_csv.py                 # rebuilt from them alone: appended rows dropped
 
 A run directory is `<env>__<script>__<seed>[__<variant>][__<start>]` with its config.json,
 progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s output). The rows
@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 NOT_FLAGS = {"env", "seed", "iterations", "out_dir", "workers", "save_every", "target_return", "resume", "play",
              "episodes", "video", "video_every", "ray", "ray_address", "lockstep", "evaluate_snapshots"}
 COLUMNS = ("script env seed variant flags processor simd started commit target reached_iteration "
-           "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_episodes "
+           "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_std play_episodes "
            "best_eval best_eval_iteration iterations episodes env_steps wall_time_s").split()
 THROUGHPUT = "bench env run workers repetition value unit processor simd date commit".split()  # throughput.csv
 
@@ -40,20 +40,24 @@ def number(text: str) -> float:
 
 
 def machine() -> dict:
-    """This machine's processor and SIMD, the time (UTC) and the commit checked out."""
+    """This machine's processor and SIMD, the time now (UTC) and the commit checked out."""
     cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     name = re.search(r"model name\s*:\s*(.*)", cpu)
     flags = re.search(r"flags\s*:\s*(.*)", cpu)
-    commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    git = [subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip() for args in (
+        ["rev-parse", "--short=7", "HEAD"], ["status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"])]
     return dict(processor=re.sub(r"\((R|TM)\)| Processor| CPU .*| \d+-Core.*", "", name.group(1)).strip() if name
                 else "", simd=" ".join(f for f in ("avx2", "avx512f") if flags and f in flags.group(1).split()),
-                date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}", commit=commit.stdout.strip())
+                date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}",
+                commit=git[0] + ("-dirty" if git[1] else ""))  # dirty: files changed since that commit
 
 
 def append(name: str, rows: list, columns: list, out: str = os.path.join(ROOT, "docs", "results")) -> str:
     """Add rows to docs/results/<name>, with the header if the file is new; returns the path."""
     path = os.path.join(out, name)
     new = not os.path.exists(path)
+    if not new and open(path).readline().strip() != ",".join(columns):
+        raise SystemExit(f"{path}: its header is not {','.join(columns)}; nothing appended")
     with open(path, "a") as f:
         writer = csv.DictWriter(f, columns, lineterminator="\n")
         if new:
@@ -92,7 +96,7 @@ def row(run_dir: str, variant: str = None) -> dict:
     best = max(evals, key=lambda x: x[1]) if evals else None
     stamp = stamp or str(cfg.get("run_dir", "")).rsplit("__", 1)[-1]  # YYYYmmdd-HHMMSS
     played = os.path.join(run_dir, "play.txt")
-    play = re.search(r"mean return (\S+) \+- \S+ over (\d+) episodes", open(played).read()) \
+    play = re.search(r"mean return (\S+) \+- (\S+) over (\d+) episodes", open(played).read()) \
         if os.path.exists(played) else None
     last = rows[-1]
     return dict(
@@ -105,10 +109,16 @@ def row(run_dir: str, variant: str = None) -> dict:
         reached_wall_time_s=reached["wall_time_s"] if reached else "",
         confirm_return=reached.get("confirm_return_mean", "") if reached and reached.get(
             "confirm_return_mean", "nan") != "nan" else "",
-        play_return=play.group(1) if play else "", play_episodes=play.group(2) if play else "",
+        play_return=play.group(1) if play else "", play_std=play.group(2) if play else "",
+        play_episodes=play.group(3) if play else "",
         best_eval=round(best[1], 2) if best else "", best_eval_iteration=best[0]["iteration"] if best else "",
         iterations=last["iteration"], episodes=last["episodes"], env_steps=last["env_steps"],
         wall_time_s=last["wall_time_s"])
+
+
+def appended(run_dir: str, variant: str = None) -> dict:
+    """The row of a run that just ended here: processor and SIMD of this machine."""
+    return dict(row(run_dir, variant), **{k: v for k, v in machine().items() if k in ("processor", "simd")})
 
 
 def family(r: dict) -> str:
@@ -143,20 +153,21 @@ def main():
     p.add_argument("--append", nargs="+", metavar="RUN_DIR", help="add these runs' rows instead")
     p.add_argument("--variant", help="with --append: the rows' variant (default: from the folder name)")
     a = p.parse_args()
-    if a.append:
+    if a.append:  # every row made before any is written
         for run_dir in a.append:
-            if not os.path.isfile(os.path.join(run_dir, "progress.csv")):
-                p.error(f"'{run_dir}' holds no progress.csv")
-        for r in (dict(row(run_dir, a.variant), processor=machine()["processor"]) for run_dir in a.append):
+            log = os.path.join(run_dir, "progress.csv")
+            if not os.path.isfile(log) or len(open(log).read().splitlines()) < 2:
+                p.error(f"'{run_dir}' holds no progress.csv with a row")
+        for r in [appended(run_dir, a.variant) for run_dir in a.append]:
             print(f"{append(family(r), [r], COLUMNS, a.out)}: {r['env']} seed {r['seed']}")
         return
     if not glob.glob(os.path.join(a.results, "*__*")):
         p.error(f"no run directories in '{a.results}'")
     texts = tables(a.results)
-    if a.check:
+    if a.check:  # every row the run directories give is in the CSV (rows appended since may follow)
         stale = [n for n, t in texts.items() if not os.path.exists(os.path.join(a.out, n))
-                 or open(os.path.join(a.out, n)).read() != t]
-        print("\n".join(f"{n} differs from its run directories" for n in stale) or "docs/results/ is up to date")
+                 or not set(t.splitlines()) <= set(open(os.path.join(a.out, n)).read().splitlines())]
+        print("\n".join(f"{n} lacks rows of its run directories" for n in stale) or "docs/results/ is up to date")
         sys.exit(1 if stale else 0)
     os.makedirs(a.out, exist_ok=True)
     for name, text in texts.items():
