@@ -41,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--env", help="gymnasium id with Box actions (default BipedalWalker-v3)")
     a("--seed", type=n(0), help="decides every random number of the run (default 0)")
     a("--iterations", type=n(0), help="T, updates of M (preset)")
-    a("--alpha", type=n(0, float), help="α, step size (typ. 0.01-0.03)")
-    a("--nu", type=n(0, float), help="ν, std of the exploration noise (typ. 0.0075-0.03)")
+    a("--alpha", type=n(0, float), help="α, step size (typ. 0.01-0.05)")
+    a("--nu", type=n(0, float), help="ν, std of the exploration noise (typ. 0.0075-0.1)")
     a("--n-directions", type=n(1), help="N, directions sampled per iteration (typ. 1-230)")
     a("--top-b", type=n(1), help="b <= N, best directions kept (b = N: V1/V2, b < N: -t)")
     a("--version", type=int, choices=(1, 2), help="1: a = M x; 2: a = M (x - mu) / sigma")
@@ -201,7 +201,7 @@ class WorkerDied(Exception):
     """A rollout process or Ray actor is gone: the run stops with its last checkpoint."""
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
     if not ok:
-        build_parser().error(message)
+        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)
@@ -232,8 +232,8 @@ def configure(args) -> argparse.Namespace:
           "give --episode-length")
     args.dims = [act.shape[0], obs.shape[0]]  # M: (p, n)
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
-    args.workers = args.workers or (int(start_ray(args.ray_address).cluster_resources()["CPU"])
-                                    if args.ray else os.cpu_count())
+    ray = args.ray and start_ray(args.ray_address)  # found, or refused, before anything is written
+    args.workers = args.workers or (int(ray.cluster_resources()["CPU"]) if ray else os.cpu_count())
     return args
 def make_env(args, render=False):
     kw = dict(max_episode_steps=args.episode_length) if args.episode_length else {}
@@ -295,13 +295,13 @@ def start_ray(address):  # Ray is imported only for --ray: it stays optional
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
         host, _, port = (address or "").replace("ray://", "").rpartition(":")
+        handler = signal.getsignal(signal.SIGTERM)  # ray.init's own would skip the checkpoint
         try:  # Ray itself would retry an address that does not answer for minutes
             if host and port.isdigit():
                 socket.create_connection((host, int(port)), timeout=10).close()
-        except OSError as e:
-            check(False, f"no Ray cluster answers at {address} ({e.strerror or e})")
-        handler = signal.getsignal(signal.SIGTERM)  # ray.init's own would skip the checkpoint
-        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+        except Exception as e:  # a closed port; no cluster for 'auto'; ...
+            check(False, f"no Ray cluster answers at {address} ({getattr(e, 'strerror', 0) or e})")
         signal.signal(signal.SIGTERM, handler)
     if __name__ != "__main__":  # imported (tests, notebooks): this file's code goes by value
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

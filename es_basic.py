@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=f"presets: {PRESETS}; any other environment: {GENERIC}")
     p.error = lambda message: p.exit(2, f"es_basic.py: error: {message} (see --help)\n")
     a = p.add_argument  # the types (below the banner) refuse impossible values in one line
-    a("--env", default="CartPole-v1", help="gymnasium id, Discrete or bounded Box actions")
+    a("--env", default="CartPole-v1", help="default CartPole-v1; Discrete or bounded Box actions")
     a("--seed", type=at_least(0), default=0, help="decides every random number (default 0)")
     a("--iterations", type=at_least(1), help="updates of theta (preset)")
     a("--sigma", type=at_least(0, float), help="σ, std of the parameter noise (typ. 0.02-0.2)")
@@ -145,7 +145,7 @@ def train(args) -> dict:
 # ---- plumbing: checks, workers, run directory, plot, --play, main (not the algorithm) ----
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
     if not ok:
-        build_parser().error(message)
+        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)

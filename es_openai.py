@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
 # The paper's MuJoCo policy (2x64 tanh, 10 action bins for Hopper and Swimmer), the starter code's
-# l2coeff and action noise; sigma, alpha, populations tuned here (docs/es_openai.md, "Presets").
+# l2coeff and action noise; HalfCheetah's sigma and alpha tuned here (docs/es_openai.md, "Presets").
 MUJOCO = dict(hidden="64,64", sigma=0.05, alpha=0.03, l2coeff=0.005, ac_noise_std=0.01,
               eval_every=5, eval_episodes=5)
 PRESETS = {
@@ -394,7 +394,7 @@ class WorkerDied(Exception):
     """A rollout process or Ray actor is gone, or failed: the run stops with its checkpoint."""
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
     if not ok:
-        build_parser().error(message)
+        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)
@@ -448,8 +448,8 @@ def configure(args) -> argparse.Namespace:
     args.act, args.sizes = act, layer_sizes(obs.shape[0], [int(h) for h in args.hidden.split(
         ",")], act, args.ac_bins)
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
-    args.workers = args.workers or (int(start_ray(args.ray_address).cluster_resources()["CPU"])
-                                    if args.ray else os.cpu_count())
+    ray = args.ray and start_ray(args.ray_address)  # found, or refused, before anything is written
+    args.workers = args.workers or (int(ray.cluster_resources()["CPU"]) if ray else os.cpu_count())
     return args
 def make_env(env_id: str, episode_length=None, render=False):
     kw = dict(max_episode_steps=episode_length) if episode_length else {}
@@ -538,13 +538,13 @@ def start_ray(address):  # Ray is imported only for --ray: it stays optional
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
         host, _, port = (address or "").replace("ray://", "").rpartition(":")
+        handler = signal.getsignal(signal.SIGTERM)  # ray.init's own would skip the checkpoint
         try:  # Ray itself would retry an address that does not answer for minutes
             if host and port.isdigit():
                 socket.create_connection((host, int(port)), timeout=10).close()
-        except OSError as e:
-            check(False, f"no Ray cluster answers at {address} ({e.strerror or e})")
-        handler = signal.getsignal(signal.SIGTERM)  # ray.init's own would skip the checkpoint
-        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+        except Exception as e:  # a closed port; no cluster for 'auto'; ...
+            check(False, f"no Ray cluster answers at {address} ({getattr(e, 'strerror', 0) or e})")
         signal.signal(signal.SIGTERM, handler)
     if __name__ != "__main__":  # imported (tests, notebooks): this file's code goes by value
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -740,7 +740,7 @@ def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN
     run_dir = os.path.abspath(os.path.join(path, "../..")) if path.endswith(".npz") else path
     vars(args).update({k: v for k, v in read_config(run_dir).items() if k in (
         "env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length")})
-    args.seed, args.ac_noise_std, args.episodes = args.seed or 0, 0.0, args.episodes or 10
+    args.ac_noise_std, args.episodes = 0.0, args.episodes or 10
     configure(args)
     folder = os.path.join(run_dir, "checkpoints")
     names = [path] if path.endswith(".npz") else [os.path.join(folder, "latest.npz")] if \

@@ -18,7 +18,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
-# ---- Given: the policy, its actions, rollouts, and small environments for debugging ----
+# ---- Given: the policy, its actions, and rollouts ----
 # A policy is a dict of numpy arrays, the weights of a one-hidden-layer network:
 #   h = relu(W1 @ obs + b1),   output = W2 @ h + b2
 # with W1: (hidden, obs_dim), b1: (hidden,), W2: (n_out, hidden), b2: (n_out,).
@@ -33,21 +33,6 @@ def compute_action(policy: dict, obs: np.ndarray, action_space):
     out = policy["W2"] @ h + policy["b2"]
     return int(np.argmax(out)) if isinstance(action_space, gym.spaces.Discrete) else np.tanh(out)
 
-class QuadraticEnv(gym.Env):
-    """One step, for debugging: the observation is fixed and the return is -|a - a*|^2, so the best
-    possible return is 0 and the gradient of the return is known."""
-    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    TARGET = np.array([0.5, -0.3])
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.array([1.0, 0.5, -0.5, 0.25], np.float32), {}
-
-    def step(self, action):
-        return self.reset()[0], -float(np.sum((action - self.TARGET) ** 2)), True, False, {}
-
-gym.register("Quadratic-v0", entry_point=QuadraticEnv)
 _envs = {}  # one environment per process and name, made on first use
 
 def rollout(policy: dict, env_name: str, env_seed: int) -> float:
@@ -162,7 +147,8 @@ class RayExecutor:
             if not ray.is_initialized():
                 ray.init(address=address, log_to_driver=False, include_dashboard=False)
         except Exception as e:
-            error(f"no Ray cluster answers at {address} ({str(e).strip().splitlines()[0]})")
+            why = (str(e).strip() or type(e).__name__).splitlines()[0]
+            error(f"no Ray cluster answers at {address} ({why})")
         self.ray, self.remote = ray, {}
 
     def submit(self, fn, *args):
@@ -189,8 +175,10 @@ def positive(kind, zero=False):  # an argparse type: a finite number above 0 (or
     def number(text: str):
         value = kind(text)
         if not (0 <= value if zero else 0 < value) or value == math.inf:
-            raise argparse.ArgumentTypeError(f"must be {'>=' if zero else '>'} 0, got {text}")
+            sign = ">=" if zero else ">"
+            raise argparse.ArgumentTypeError(f"must be finite, {sign} 0; got {text}")
         return value
+    number.__name__ = kind.__name__  # argparse's "invalid int value" names it
     return number
 
 def init_worker():  # a worker process: Ctrl-C is the master's; it ends with the master (Linux)
@@ -232,7 +220,7 @@ def main(argv=None):
     mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
     executor.shutdown()
     if not all(np.isfinite(mu[k]).all() for k in KEYS):
-        p.exit(1, "nes_exercise.py: error: the mean became NaN or inf; try a smaller --alpha\n")
+        p.exit(1, "nes_exercise.py: error: the mean became NaN or inf: alpha / sigma too large\n")
     returns = evaluate_mean(mu, args.env, 100)
     print(f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes "
           f"({time.time() - t0:.0f} s)")

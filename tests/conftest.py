@@ -9,10 +9,8 @@ if ROOT not in sys.path:
 
 def pytest_configure(config):
     # Not this repository's to fix: Box2D's SWIG wrapper (imported by BipedalWalker and LunarLander)
-    # warns on import under Python 3.11+, and the tests import both the exercise and its solution,
-    # each registering Quadratic-v0 (a user imports only one).
+    # warns on import under Python 3.11+.
     config.addinivalue_line("filterwarnings", "ignore:builtin type .* has no __module__ attribute:DeprecationWarning")
-    config.addinivalue_line("filterwarnings", "ignore:.*Overriding environment Quadratic-v0:UserWarning")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -292,9 +292,10 @@ def test_a_missing_ray_gives_one_clear_line_and_writes_nothing(tmp_path, script,
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]])  # with --workers too, before anything is written
 @pytest.mark.parametrize("address", ["127.0.0.1:9", "ray://127.0.0.1:9"])  # a GCS address, a Ray client URL
 @pytest.mark.parametrize("script", ["ars.py", "es_openai.py", "nes_exercise.py"])
-def test_an_unreachable_cluster_is_refused_at_once(tmp_path, script, address):
+def test_an_unreachable_cluster_is_refused_at_once(tmp_path, script, address, workers):
     if ray is None:
         pytest.skip("Ray is not installed")
     if script == "nes_exercise.py":  # the student's file refuses to train; the teacher's copy gets to Ray
@@ -304,7 +305,7 @@ def test_an_unreachable_cluster_is_refused_at_once(tmp_path, script, address):
     else:
         argv = [os.path.join(ROOT, script), "--env", "Pendulum-v1", "--out-dir", str(tmp_path / "runs")]
     t0 = time.time()
-    out = subprocess.run([sys.executable, *argv, "--ray", "--ray-address", address],
+    out = subprocess.run([sys.executable, *argv, "--ray", "--ray-address", address, *workers],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 2 and f"no Ray cluster answers at {address}" in out.stderr, out.stderr
     assert time.time() - t0 < 60 and not (tmp_path / "runs").exists()

@@ -4,6 +4,7 @@ run took to its target (a cross at the top for a run that never reached it).
     python docs/bench/plot_results.py        # writes docs/img/ars_bipedalwalker_avx512.png,
                                              # es_openai_hopper_avx512.png and es_basic_compare.png
 """
+import argparse
 import csv
 import os
 
@@ -56,6 +57,7 @@ def draw(name: str, env: str, series: list, paper, title: str, png: str, what="e
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     for spec in FIGURES:
         print(draw(*spec, folder=os.path.join(ROOT, "docs", "img")))
 

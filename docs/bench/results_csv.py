@@ -3,9 +3,9 @@ preset, processor, start, commit) and what it reached (its target: the first eva
 with --confirm-episodes the first confirmation; the best evaluation; the --play return; the totals).
 
     python docs/bench/results_csv.py --append RUN_DIR ... [--variant V]   # rows added to docs/results/
-    git checkout 015dbc7 -- docs/bench/results       # the run directories of the older rows
-    python docs/bench/results_csv.py --check         # exit 1 if a row they give is missing
-    python docs/bench/results_csv.py                 # rebuilt from them alone: appended rows dropped
+    git worktree add ../record 015dbc7               # the run directories of the older rows, then:
+    python docs/bench/results_csv.py --results ../record/docs/bench/results --check   # a row missing: exit 1
+    python docs/bench/results_csv.py --results ../record/docs/bench/results   # rebuilt from them alone
 
 A run directory is `<env>__<script>__<seed>[__<variant>][__<start>]` with its config.json,
 progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s output). The rows
