@@ -416,19 +416,43 @@ def save_checkpoint(run_dir: str, state: dict, env_id: str):  # written whole, t
             os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-def load_checkpoint(path: str, args) -> dict:
+def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
+    p, n = args.dims
+    c = read_checkpoint(path, dict(M=((p, n), "finite"), obs_mean=((n,), "finite"),
+                                   obs_m2=((n,), "nonnegative"), obs_count=((), "count"),
+                                   iteration=((), "count"), episodes=((), "count"),
+                                   env_steps=((), "count"), wall_time=((), "nonnegative"),
+                                   env=((), "any")), args.env)
+    return dict(M=c["M"], iteration=int(c["iteration"]), episodes=int(c["episodes"]),
+                env_steps=int(c["env_steps"]), wall_time=float(c["wall_time"]),
+                stats=(int(c["obs_count"]), c["obs_mean"], c["obs_m2"]))
+def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
+    """The arrays of the .npz file at path, checked: fields[name] = (shape, kind), shape None for
+    any, kind "count" (integers >= 0), "finite", "nonnegative" (finite, >= 0) or "any"; env_id,
+    if given, is the environment it must be for. Anything else is one line, exit status 2."""
+    check(os.path.isfile(path), f"there is no file '{path}'")
     try:
         with np.load(path, allow_pickle=False) as f:
-            c = {k: f[k] for k in f.files}
-        state = dict(M=c["M"], iteration=int(c["iteration"]), episodes=int(c["episodes"]),
-                     env_steps=int(c["env_steps"]), wall_time=float(c["wall_time"]),
-                     stats=(int(c["obs_count"]), c["obs_mean"], c["obs_m2"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        check(False, f"'{path}' is no checkpoint of ars.py (missing, corrupt, or pickled)")
-    check(str(c["env"]) == args.env and list(c["M"].shape) == args.dims and c["obs_m2"].shape ==
-          c["obs_mean"].shape == (args.dims[1],), f"the checkpoint '{path}' is for {c['env']}, "
-          f"M {c['M'].shape}, not {args.env}, M {tuple(args.dims)}")
-    return state
+            saved = {name: f[name] for name in f.files}
+    except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
+        reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
+        check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
+    missing = [name for name in fields if name not in saved]
+    check(not missing, f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
+          + ", ".join(missing))
+    check(env_id in (None, str(saved["env"])), f"the checkpoint '{path}' is for {saved['env']}, "
+          f"not {env_id}")
+    for name, (shape, kind) in fields.items():
+        x, damaged = saved[name], f"the checkpoint '{path}' is damaged: its {name}"
+        check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
+        if kind == "count":
+            check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
+        elif kind == "finite":
+            check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
+        elif kind == "nonnegative":
+            check(x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
+                  f"{damaged} is not finite and >= 0")
+    return saved
 def read_config(run_dir: str) -> dict:  # config.json of a run directory of ars.py
     try:
         with open(os.path.join(run_dir, "config.json")) as f:

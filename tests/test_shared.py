@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, booby_trapped
 
 import ars
 import es_basic
@@ -109,7 +109,7 @@ def test_a_run_directory_of_another_script_is_refused_and_left_untouched(runs, s
         for flag in ("--resume", "--play") if script != "es_basic.py" else ("--play",):
             line = one_error_line(call(capsys, script, flag, run_dir, "--iterations", "2"))
             if script == "es_basic.py":  # it reads policy.npz alone, which no other script writes
-                assert "holds no policy.npz of es_basic.py" in line
+                assert "there is no file" in line and "policy.npz" in line
             else:
                 assert f"of {other}" in line and f"python {other}" in line and "run directory" in line
         assert digest(run_dir) == before
@@ -134,7 +134,7 @@ def test_an_empty_run_dir_is_refused_and_starts_no_run(script, tmp_path, capsys,
     flags = ("--resume", "--play") + (("--evaluate-snapshots",) if script == "es_openai.py" else ())
     for flag in flags if script != "es_basic.py" else ("--play",):
         line = one_error_line(call(capsys, script, flag, ""))
-        assert "'' is not a run directory" in line or "'' holds no policy.npz" in line
+        assert "'' is not a run directory" in line or "there is no file 'policy.npz'" in line
     assert os.listdir(tmp_path) == []  # no runs/ folder: no training started
 
 
@@ -166,6 +166,94 @@ def test_a_flag_that_would_change_a_resumed_run_is_refused(runs, script, tmp_pat
         line = one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2", *argv))
         assert f"{argv[0]} cannot change a resumed run" in line and "--iterations" in line, line
     assert digest(run_dir) == before
+
+
+# ---------------------------------------------------------------- damaged checkpoints
+
+CHECKPOINT = {"ars.py": "checkpoints/latest.npz", "es_basic.py": "policy.npz",
+              "es_openai.py": "checkpoints/latest.npz"}
+WEIGHTS = {"ars.py": "M", "es_basic.py": "theta", "es_openai.py": "theta"}
+VARIANCE = {"ars.py": "obs_m2", "es_openai.py": "ob_sumsq"}  # es_basic.py saves no statistics
+DAMAGES = ("missing", "empty", "not a zip", "cut short", "a bad CRC", "pickled", "no env",
+           "another script's", "another environment's", "a shape that does not fit",
+           "a negative counter", "a fractional counter", "weights not finite", "a negative variance")
+
+
+def flip_last_byte_of(path: str, member: str):
+    """Flips the last byte of the member's data inside the zip file: its CRC no longer matches."""
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(member)
+    data = bytearray(open(path, "rb").read())
+    header = data[info.header_offset: info.header_offset + 30]
+    name_length = int.from_bytes(header[26:28], "little")
+    extra_length = int.from_bytes(header[28:30], "little")
+    start = info.header_offset + 30 + name_length + extra_length
+    data[start + info.compress_size - 1] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+def damage(path: str, how: str, script: str, runs, marker: str):
+    """Writes the checkpoint at path again, damaged as `how` says."""
+    data = open(path, "rb").read()
+    with np.load(path, allow_pickle=False) as f:
+        saved = {name: f[name] for name in f.files}
+    weights = WEIGHTS[script]
+    if how == "missing":
+        os.remove(path)
+        return
+    if how in ("empty", "not a zip", "cut short"):
+        text = {"empty": b"", "not a zip": b"not a checkpoint", "cut short": data[: len(data) // 2]}
+        open(path, "wb").write(text[how])
+        return
+    if how == "a bad CRC":
+        flip_last_byte_of(path, weights + ".npy")
+        return
+    if how == "another script's":
+        other = "es_openai.py" if script == "ars.py" else "ars.py"
+        shutil.copyfile(os.path.join(runs[other], CHECKPOINT[other]), path)
+        return
+    if how == "pickled":
+        saved[weights] = booby_trapped(marker)
+    elif how == "no env":
+        del saved["env"]
+    elif how == "another environment's":  # an env whose spaces differ from the run's
+        saved["env"] = np.array("Acrobot-v1" if script == "es_basic.py" else "MountainCarContinuous-v0")
+    elif how == "a shape that does not fit":
+        saved[weights] = np.concatenate([saved[weights], saved[weights][..., :1]], axis=-1)
+    elif how == "a negative counter":
+        saved["iteration"] = np.array(-1)
+    elif how == "a fractional counter":
+        saved["iteration"] = np.array(1.5)
+    elif how == "weights not finite":
+        saved[weights] = saved[weights] * np.nan
+    elif how == "a negative variance":
+        saved[VARIANCE[script]] = -saved[VARIANCE[script]] - 1.0
+    np.savez(path, **saved)
+
+
+def state_of(folder) -> dict:
+    """Every file under folder with its bytes' hash and its modification time."""
+    return {name: (sha, os.path.getmtime(os.path.join(folder, name))) for name, sha in digest(folder).items()}
+
+
+@pytest.mark.parametrize("script, how", [(s, h) for s in SCRIPTS for h in DAMAGES
+                                         if s in VARIANCE or h != "a negative variance"])
+def test_a_damaged_checkpoint_is_one_line_and_changes_nothing(runs, script, how, tmp_path, capsys):
+    """Whatever is wrong with a checkpoint, every path that loads it (--play of the run directory
+    or of the file, --resume) refuses it in one line naming the file, and nothing is written."""
+    run_dir = copy_of(runs, script, tmp_path)
+    path = os.path.join(run_dir, CHECKPOINT[script])
+    marker = str(tmp_path / "unpickled")
+    damage(path, how, script, runs, marker)
+    before = state_of(run_dir)
+    modes = [["--play", run_dir]]
+    if script in LONG:
+        modes += [["--play", path], ["--resume", run_dir, "--iterations", "2"]]
+    for argv in modes:
+        line = one_error_line(call(capsys, script, *argv))
+        assert CHECKPOINT[script] in line and "Traceback" not in line, (argv, line)
+    assert state_of(run_dir) == before and not os.path.exists(marker)
 
 
 @pytest.mark.parametrize("script", LONG)
