@@ -5,24 +5,61 @@ Learning", Algorithm 1, https://arxiv.org/abs/1703.03864; docs/es_basic.md deriv
     python es_basic.py --env CartPole-v1               # solves it in seconds
     python es_basic.py --play runs/<run-dir> --video   # evaluates the saved policy, films it
 """
-import argparse, datetime, functools, json, math, os, signal, subprocess, sys, time
+
+import argparse
+import datetime
+import functools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
+
 import gymnasium as gym
 import numpy as np
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
 PRESETS = {  # sigma: noise std, alpha: step size, population n: episodes per iteration
-    "CartPole-v1": dict(sigma=0.1, alpha=0.05, population=50, iterations=100, eval_every=5,
-                        eval_episodes=100, target_return=475.0),
-    "LunarLander-v3": dict(sigma=0.1, alpha=0.03, population=200, hidden=(), iterations=500,
-                           eval_every=10, eval_episodes=100, target_return=200.0),
+    "CartPole-v1": dict(
+        sigma=0.1,
+        alpha=0.05,
+        population=50,
+        iterations=100,
+        eval_every=5,
+        eval_episodes=100,
+        target_return=475.0,
+    ),
+    "LunarLander-v3": dict(
+        sigma=0.1,
+        alpha=0.03,
+        population=200,
+        hidden=(),
+        iterations=500,
+        eval_every=10,
+        eval_episodes=100,
+        target_return=200.0,
+    ),
 }
-GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden=(16,), iterations=200, eval_every=10,
-               eval_episodes=20)  # every other environment
+GENERIC = dict(
+    sigma=0.1,
+    alpha=0.03,
+    population=50,
+    hidden=(16,),
+    iterations=200,
+    eval_every=10,
+    eval_episodes=20,
+)  # every other environment
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="es_basic.py", description=__doc__.split("\n")[0],
-                                epilog=f"presets: {PRESETS}; any other environment: {GENERIC}")
+    p = argparse.ArgumentParser(
+        prog="es_basic.py",
+        description=__doc__.split("\n")[0],
+        epilog=f"presets: {PRESETS}; any other environment: {GENERIC}",
+    )
     p.error = lambda message: p.exit(2, f"es_basic.py: error: {message} (see --help)\n")
     a = p.add_argument  # the types (below the banner) refuse impossible values in one line
     a("--env", default="CartPole-v1", help="default CartPole-v1; Discrete or bounded Box actions")
@@ -46,15 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
     a("--video", action="store_true", help="with --play: RUN_DIR/video/<env>.gif of one episode")
     return p
 
+
 # ---- the math (docs/es_basic.md, Eqs. 1-6) ----
 NOISE, ENV, EVAL = 0, 1, 2  # the first word of a stream's name: what its numbers are for
+
+
 def stream(seed: int, *key: int) -> np.random.Generator:
     """An independent random stream named by what it is for: key = (purpose, iteration, index)."""
     return np.random.default_rng(np.random.SeedSequence([seed, *key]))
 
+
 def sample_eps(seed: int, t: int, i: int, d: int) -> np.ndarray:
     """eps_i ~ N(0, I_d) of iteration t (Eq. 2), made again from its name wherever it is used."""
     return stream(seed, NOISE, t, i).standard_normal(d)
+
 
 def centered_ranks(x: np.ndarray) -> np.ndarray:
     """Eq. (4): the rank of each value mapped linearly onto [-0.5, 0.5]. Equal values share their
@@ -65,11 +107,13 @@ def centered_ranks(x: np.ndarray) -> np.ndarray:
     ranks = (np.bincount(tie, weights=ranks) / count)[tie]
     return ranks / max(len(x) - 1, 1) - 0.5
 
+
 def shape_fitness(R: np.ndarray, method: str) -> np.ndarray:
     """F_i from the returns R_i: centered ranks (Eq. 4), standardized returns, or R itself."""
     if method == "rank":
         return centered_ranks(R)
     return (R - R.mean()) / (R.std() + 1e-8) if method == "standardize" else R
+
 
 def es_gradient(eps: np.ndarray, F: np.ndarray, sigma: float, mirror: bool) -> np.ndarray:
     """Eq. (3), or Eq. (5) mirrored. eps: (m, d); F: (n,), mirrored [F_1+, F_1-, F_2+, ...]."""
@@ -77,18 +121,21 @@ def es_gradient(eps: np.ndarray, F: np.ndarray, sigma: float, mirror: bool) -> n
         return (F[0::2] - F[1::2]) @ eps / (len(F) * sigma)
     return F @ eps / (len(F) * sigma)  # (1 / (n sigma)) sum_i F_i eps_i, with m = n
 
+
 # ---- the policy: an MLP whose weights are views into one flat theta; its episodes ----
 def n_weights(sizes: list) -> int:
     """d, the number of weights and biases of an MLP with these layer sizes."""
     return sum((n_in + 1) * n_out for n_in, n_out in zip(sizes, sizes[1:]))
 
+
 def unflatten(theta: np.ndarray, sizes: list) -> list:
     """Views [(W, b), ...] into theta: W of shape (n_out, n_in), then b of shape (n_out,)."""
     layers, at = [], 0
     for n_in, n_out in zip(sizes, sizes[1:]):
-        W, at = theta[at:at + n_in * n_out].reshape(n_out, n_in), at + n_in * n_out
-        layers, at = layers + [(W, theta[at:at + n_out])], at + n_out
+        W, at = theta[at : at + n_in * n_out].reshape(n_out, n_in), at + n_in * n_out
+        layers, at = layers + [(W, theta[at : at + n_out])], at + n_out
     return layers
+
 
 def act(layers: list, obs: np.ndarray, activation: str, space):
     """The MLP's output y; Discrete: argmax over y, Box: tanh(y) squashed onto [low, high]."""
@@ -99,17 +146,20 @@ def act(layers: list, obs: np.ndarray, activation: str, space):
         return int(np.argmax(y))
     return space.low + (np.tanh(y) + 1.0) * 0.5 * (space.high - space.low)
 
+
 def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator, frames=None) -> tuple:
     """One episode of the policy theta, on an environment seed drawn from seeds: (R, length)."""
     layers, (obs, _) = unflatten(theta, args.sizes), env.reset(seed=int(seeds.integers(2**31)))
     total, steps, done = 0.0, 0, False
     while not done:
-        obs, r, terminated, truncated, _ = env.step(act(layers, obs, args.activation,
-                                                        env.action_space))
+        obs, r, terminated, truncated, _ = env.step(
+            act(layers, obs, args.activation, env.action_space)
+        )
         total, steps, done = total + float(r), steps + 1, terminated or truncated
         if frames is not None:
             frames.append(env.render())
     return total, steps
+
 
 def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
     """Eq. (2): member j plays theta + sigma eps_j; mirrored, theta +/- sigma eps_(j // 2), the
@@ -117,13 +167,19 @@ def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
     i, sign = (j // 2, 1.0 - 2.0 * (j % 2)) if args.mirror else (j, 1.0)
     eps, env_seeds = sample_eps(args.seed, t, i, theta.size), stream(args.seed, ENV, t, i)
     return rollout(env_of(args.env), theta + sign * args.sigma * eps, args, env_seeds)
+
+
 def eval_episode(args, theta: np.ndarray, t: int, k: int) -> tuple:
     """Evaluation episode k of theta itself, on the evaluation seeds of iteration t."""
     return rollout(env_of(args.env), theta, args, stream(args.seed, EVAL, t, k))
 
+
 # ---- training: Algorithm 1 (docs/es_basic.md, "Pseudocode") ----
 def train(args) -> dict:
-    n, theta = args.population, np.zeros(n_weights(args.sizes))  # theta_0 = 0, as in the NES exercise: (d,)
+    n, theta = (
+        args.population,
+        np.zeros(n_weights(args.sizes)),
+    )  # theta_0 = 0, as in the NES exercise: (d,)
     run = Run(args, theta)  # the run directory, the progress line, the workers (below)
     try:
         for t in range(args.iterations):
@@ -147,93 +203,173 @@ def train(args) -> dict:
     except BrokenExecutor:  # a worker process died: the same, with exit status 1
         return run.end("stopped: a worker process died")
 
+
 # ---- plumbing: checks, workers, run directory, plot, --play, main (not the algorithm) ----
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
     if not ok:
         build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
+
+
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)
         if not (value >= low if kind is int else low < value < math.inf):
             raise argparse.ArgumentTypeError(f"must be {'>=' if kind is int else '>'} {low}")
         return value
+
     return number
+
+
 def sizes(text: str) -> tuple:  # --hidden 64,64 -> (64, 64); '' -> () for a linear policy
     return tuple(at_least(1)(h) for h in text.split(",") if h.strip())
+
+
 def configure(args) -> argparse.Namespace:  # the preset, what no one flag can check, the layers
     for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
         setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
-    check(not args.mirror or args.population % 2 == 0,
-          "--population must be even with mirrored sampling (or add --no-mirror)")
+    check(
+        not args.mirror or args.population % 2 == 0,
+        "--population must be even with mirrored sampling (or add --no-mirror)",
+    )
     try:
         obs, act = (env := gym.make(args.env)).observation_space, env.action_space
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
     box = isinstance(act, gym.spaces.Box) and np.isfinite(np.r_[act.low, act.high]).all()
-    check(len(obs.shape or ()) == 1 and (box or isinstance(act, gym.spaces.Discrete)), f"{args.env}"
-          f": {obs}, {act}; es_basic.py takes Box observations, Discrete or bounded Box actions")
+    check(
+        len(obs.shape or ()) == 1 and (box or isinstance(act, gym.spaces.Discrete)),
+        f"{args.env}"
+        f": {obs}, {act}; es_basic.py takes Box observations, Discrete or bounded Box actions",
+    )
     args.sizes = [obs.shape[0], *args.hidden, act.shape[0] if box else int(act.n)]
     return args
+
+
 env_of = functools.cache(gym.make)  # this process's environment, made for its first episode
+
+
 def init_worker():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every process: the master acts
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
     if sys.platform == "linux":  # PR_SET_PDEATHSIG: end with the master, even one killed -9
         __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)
-COLUMNS = ("iteration episodes env_steps wall_time_s return_mean return_std return_min return_max"
-           " eval_return_mean eval_return_std steps_per_s grad_norm theta_norm mean_length elite")
+
+
+COLUMNS = (
+    "iteration episodes env_steps wall_time_s return_mean return_std return_min return_max"
+    " eval_return_mean eval_return_std steps_per_s grad_norm theta_norm mean_length elite"
+)
+
+
 class Run:
     """The run directory, the progress line, and the workers (theta out, returns back)."""
+
     def __init__(self, args, theta):
-        self.dir = os.path.join(args.out_dir, f"{args.env}__es_basic__{args.seed}__"
-                                f"{datetime.datetime.now():%Y%m%d-%H%M%S}")
+        self.dir = os.path.join(
+            args.out_dir,
+            f"{args.env}__es_basic__{args.seed}__{datetime.datetime.now():%Y%m%d-%H%M%S}",
+        )
         os.makedirs(self.dir)  # an OSError here: one line (main)
-        git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        git = subprocess.run(
+            "git rev-parse HEAD",
+            shell=True,
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+        ).stdout.strip()
         cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
         with open(os.path.join(self.dir, "config.json"), "w") as f:  # with what numbers depend on
-            json.dump({**vars(args), "script": "es_basic.py", "git_commit": git, "numpy": np.
-                       __version__, "gymnasium": gym.__version__, "avx512": "avx512f" in cpu}, f)
+            json.dump(
+                {
+                    **vars(args),
+                    "script": "es_basic.py",
+                    "git_commit": git,
+                    "numpy": np.__version__,
+                    "gymnasium": gym.__version__,
+                    "avx512": "avx512f" in cpu,
+                },
+                f,
+            )
         self.csv = open(os.path.join(self.dir, "progress.csv"), "w")
         print(*COLUMNS.split(), sep=",", file=self.csv)
         self.args, self.theta, self.t0, self.last, self.ev = args, theta, time.time(), 0.0, np.nan
         self.counts = dict(iteration=0, episodes=0, env_steps=0)
         self.pool = args.workers > 1 and ProcessPoolExecutor(args.workers, initializer=init_worker)
         print(f"run directory: {self.dir}", flush=True)
+
     def episodes(self, episode, theta: np.ndarray, t: int, n: int) -> tuple:
         play = functools.partial(episode, self.args, theta, t)  # theta travels once per chunk
-        out = self.pool.map(play, range(n), chunksize=-(-n // self.args.workers)) \
-            if self.pool else map(play, range(n))
+        out = (
+            self.pool.map(play, range(n), chunksize=-(-n // self.args.workers))
+            if self.pool
+            else map(play, range(n))
+        )
         return tuple(np.array(column) for column in zip(*out))  # (returns, lengths)
+
     def log(self, theta, R, lengths, g, ev):
         c, took, ev = self.counts, time.time() - self.t0, np.array([np.nan]) if ev is None else ev
-        c.update(iteration=c["iteration"] + 1, episodes=c["episodes"] + len(R),
-                 env_steps=c["env_steps"] + int(lengths.sum()))
+        c.update(
+            iteration=c["iteration"] + 1,
+            episodes=c["episodes"] + len(R),
+            env_steps=c["env_steps"] + int(lengths.sum()),
+        )
         speed, self.last = lengths.sum() / (took - self.last), took  # the iteration's steps/s
         self.theta, self.ev = theta, self.ev if np.isnan(ev).all() else ev.mean()
-        print(c["iteration"], c["episodes"], c["env_steps"], round(took, 2), R.mean(), R.std(),
-              R.min(), R.max(), ev.mean(), ev.std() if ev.size > 1 else np.nan, round(speed, 1),
-              np.linalg.norm(g), np.linalg.norm(theta), lengths.mean(), (R > R.mean()).sum(),
-              sep=",", file=self.csv, flush=True)
+        print(
+            c["iteration"],
+            c["episodes"],
+            c["env_steps"],
+            round(took, 2),
+            R.mean(),
+            R.std(),
+            R.min(),
+            R.max(),
+            ev.mean(),
+            ev.std() if ev.size > 1 else np.nan,
+            round(speed, 1),
+            np.linalg.norm(g),
+            np.linalg.norm(theta),
+            lengths.mean(),
+            (R.mean() < R).sum(),
+            sep=",",
+            file=self.csv,
+            flush=True,
+        )
         eta = (self.args.iterations / c["iteration"] - 1) * took
-        print(f"it {c['iteration']:5d} | eps {c['episodes']:7d} | steps {c['env_steps']:10,d} | "
-              f"return {R.mean():8.1f} (max {R.max():7.1f}) | eval {self.ev:7.1f} | {speed:6.0f} "
-              f"steps/s | {took:5.0f} s | ETA {eta:5.0f} s", flush=True)
+        print(
+            f"it {c['iteration']:5d} | eps {c['episodes']:7d} | steps {c['env_steps']:10,d} | "
+            f"return {R.mean():8.1f} (max {R.max():7.1f}) | eval {self.ev:7.1f} | {speed:6.0f} "
+            f"steps/s | {took:5.0f} s | ETA {eta:5.0f} s",
+            flush=True,
+        )
+
     def end(self, status: str) -> dict:  # the workers stop; policy.npz, progress.png; the result
         if self.pool:
             self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
         self.csv.close()
         tmp, a, c = os.path.join(self.dir, "policy.tmp.npz"), self.args, self.counts
-        np.savez(tmp, theta=self.theta, iteration=c["iteration"], env=a.env, sizes=a.sizes,
-                 activation=a.activation)  # then renamed: never a half-written policy
+        np.savez(
+            tmp,
+            theta=self.theta,
+            iteration=c["iteration"],
+            env=a.env,
+            sizes=a.sizes,
+            activation=a.activation,
+        )  # then renamed: never a half-written policy
         os.replace(tmp, os.path.join(self.dir, "policy.npz"))
         if c["iteration"]:
             plot(self.dir, f"es_basic.py on {a.env}")
-        print(f"{status} after iteration {c['iteration']}: {c['episodes']} episodes, "
-              f"{c['env_steps']} env steps", file=sys.stderr if status != "done" else sys.stdout)
+        print(
+            f"{status} after iteration {c['iteration']}: {c['episodes']} episodes, "
+            f"{c['env_steps']} env steps",
+            file=sys.stderr if status != "done" else sys.stdout,
+        )
         return dict(self.counts, theta=self.theta, status=status, run_dir=self.dir)
+
+
 def plot(run_dir: str, title: str):  # progress.png: returns, and elite members below them
     from matplotlib.figure import Figure
+
     c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
     ok = ~np.isnan(c["eval_return_mean"])
     top, low = (fig := Figure((7, 5), layout="tight")).subplots(2, height_ratios=(3, 1))
@@ -245,34 +381,58 @@ def plot(run_dir: str, title: str):  # progress.png: returns, and elite members 
     low.plot(c["env_steps"], c["elite"], color="gray")
     low.set(xlabel="environment steps", ylabel="elite members", ylim=(0, None))
     fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
+
+
 def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video films the first
     path = os.path.join(args.play, "policy.npz")  # it names its environment and layers
-    policy = read_checkpoint(path, dict(theta=(None, "finite"), iteration=((), "count"),
-                                        env=((), "any"), sizes=(None, "count"),
-                                        activation=((), "any")))
+    policy = read_checkpoint(
+        path,
+        dict(
+            theta=(None, "finite"),
+            iteration=((), "count"),
+            env=((), "any"),
+            sizes=(None, "count"),
+            activation=((), "any"),
+        ),
+    )
     args.env, args.activation = str(policy["env"]), str(policy["activation"])
     sizes = [int(n) for n in np.ravel(policy["sizes"])]
     args.hidden = tuple(sizes[1:-1])
     configure(args)  # the environment's layer sizes, which the policy's must be
-    check(sizes == args.sizes, f"the policy '{path}' has layers {sizes}, not those of "
-          f"{args.env}: {args.sizes}")
+    check(
+        sizes == args.sizes,
+        f"the policy '{path}' has layers {sizes}, not those of {args.env}: {args.sizes}",
+    )
     theta, iteration = policy["theta"], int(policy["iteration"])
-    check(theta.shape == (n_weights(args.sizes),), f"the policy '{path}' holds {theta.size} "
-          f"weights, not the {n_weights(args.sizes)} of layers {args.sizes}")
+    check(
+        theta.shape == (n_weights(args.sizes),),
+        f"the policy '{path}' holds {theta.size} "
+        f"weights, not the {n_weights(args.sizes)} of layers {args.sizes}",
+    )
     if args.video:
         from PIL import Image  # comes with matplotlib
+
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
         path, frames = os.path.join(args.play, "video", f"{args.env}.gif"), []
-        rollout(gym.make(args.env, render_mode="rgb_array"), theta, args,
-                stream(args.seed, EVAL, 10**6, 0), frames)  # the first episode evaluated below
+        rollout(
+            gym.make(args.env, render_mode="rgb_array"),
+            theta,
+            args,
+            stream(args.seed, EVAL, 10**6, 0),
+            frames,
+        )  # the first episode evaluated below
         images = [Image.fromarray(f[::2, ::2]) for f in frames[::2]]  # half size, 25 per second
         os.makedirs(os.path.dirname(path), exist_ok=True)
         images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
         print(f"video: {path}", flush=True)
     R = np.array([eval_episode(args, theta, 10**6, k) for k in range(args.episodes or 10)])[:, 0]
-    print(f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {len(R)} episodes "
-          f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {iteration}")
+    print(
+        f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {len(R)} episodes "
+        f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {iteration}"
+    )
     return R
+
+
 def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
     """The arrays of the .npz file at path, checked: fields[name] = (shape, kind), shape None for
     any, kind "count" (integers >= 0), "finite", "nonnegative" (finite, >= 0) or "any"; env_id,
@@ -285,10 +445,15 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
         reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
         check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
     missing = [name for name in fields if name not in saved]
-    check(not missing, f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
-          + ", ".join(missing))
-    check(env_id in (None, str(saved["env"])), f"the checkpoint '{path}' is for {saved['env']}, "
-          f"not {env_id}")
+    check(
+        not missing,
+        f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
+        + ", ".join(missing),
+    )
+    check(
+        env_id in (None, str(saved["env"])),
+        f"the checkpoint '{path}' is for {saved['env']}, not {env_id}",
+    )
     for name, (shape, kind) in fields.items():
         x, damaged = saved[name], f"the checkpoint '{path}' is damaged: its {name}"
         check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
@@ -297,9 +462,13 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
         elif kind == "finite":
             check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
         elif kind == "nonnegative":
-            check(x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
-                  f"{damaged} is not finite and >= 0")
+            check(
+                x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
+                f"{damaged} is not finite and >= 0",
+            )
     return saved
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -313,6 +482,7 @@ def main(argv=None):
     if args.play is None and result["status"] not in ("done", "target"):
         sys.exit(1)  # NaN or inf, or a worker process died
     return result
+
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C

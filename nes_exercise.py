@@ -10,8 +10,16 @@ Complete the five parts marked "YOUR CODE HERE", in order. After each one, run t
     python nes_exercise.py              # trains CartPole-v1 once every part passes
     python nes_exercise.py --ray        # the same code on Ray (pip install ray)
 """
-import argparse, importlib.util, math, os, signal, socket, sys, time
+
+import argparse
+import importlib.util
+import math
 import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -24,8 +32,10 @@ import numpy as np  # noqa: E402
 # with W1: (hidden, obs_dim), b1: (hidden,), W2: (n_out, hidden), b2: (n_out,).
 KEYS = ("W1", "b1", "W2", "b2")
 
+
 def policy_shapes(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
     return {"W1": (hidden, obs_dim), "b1": (hidden,), "W2": (n_out, hidden), "b2": (n_out,)}
+
 
 def compute_action(policy: dict, obs: np.ndarray, action_space):
     """The network's output: the argmax for discrete actions, tanh of it for continuous ones."""
@@ -33,7 +43,9 @@ def compute_action(policy: dict, obs: np.ndarray, action_space):
     out = policy["W2"] @ h + policy["b2"]
     return int(np.argmax(out)) if isinstance(action_space, gym.spaces.Discrete) else np.tanh(out)
 
+
 _envs = {}  # one environment per process and name, made on first use
+
 
 def rollout(policy: dict, env_name: str, env_seed: int) -> float:
     """The return of one episode of `policy`, started from `env_seed`."""
@@ -48,15 +60,18 @@ def rollout(policy: dict, env_name: str, env_seed: int) -> float:
         total, done = total + float(reward), terminated or truncated
     return total
 
+
 def n_outputs(action_space) -> int:
     """Outputs of the network: one per action (Discrete) or per action dimension (Box)."""
     discrete = isinstance(action_space, gym.spaces.Discrete)
     return int(action_space.n) if discrete else action_space.shape[0]
 
+
 def sample_noise(policy: dict, seed: int) -> dict:
     """eps ~ N(0, I) with the shapes of `policy`, the same for the same seed, on any machine."""
     rng = np.random.default_rng(seed)
     return {k: rng.standard_normal(np.shape(policy[k])) for k in KEYS}
+
 
 def centered_ranks(x: np.ndarray) -> np.ndarray:
     """Eq. (4): the rank of each value mapped linearly onto [-0.5, 0.5]. Equal values share their
@@ -67,12 +82,15 @@ def centered_ranks(x: np.ndarray) -> np.ndarray:
     ranks = (np.bincount(tie, weights=ranks) / count)[tie]
     return ranks / max(len(x) - 1, 1) - 0.5
 
+
 def pair_seeds(seed: int, iteration: int, n_pairs: int) -> list:
     """The seeds of this iteration's pairs: each one names a perturbation and an episode."""
     return [int(s) for s in np.random.default_rng([seed, iteration]).integers(2**31, size=n_pairs)]
 
+
 def evaluate_mean(policy: dict, env_name: str, episodes: int, seed: int = 10**6) -> np.ndarray:
     return np.array([rollout(policy, env_name, seed + e) for e in range(episodes)])
+
 
 # ---- Part 1: the initial mean policy ----
 def initial_policy(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
@@ -82,6 +100,7 @@ def initial_policy(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
     raise NotImplementedError("Part 1: return the zero mean policy (see the docstring)")
     # END OF YOUR CODE
 
+
 # ---- Part 2: a mirrored pair of perturbed policies ----
 def mirrored_pair(policy: dict, seed: int, sigma: float) -> tuple:
     """Eq. (1): return (mu + sigma eps, mu - sigma eps) as two new dicts of new arrays, where
@@ -90,9 +109,11 @@ def mirrored_pair(policy: dict, seed: int, sigma: float) -> tuple:
     raise NotImplementedError("Part 2: return (mu + sigma eps, mu - sigma eps)")
     # END OF YOUR CODE
 
+
 # ---- Part 3: the update of the mean ----
-def update_mean_policy(policy: dict, seeds: list, F_plus: np.ndarray, F_minus: np.ndarray,
-                       sigma: float, alpha: float) -> dict:
+def update_mean_policy(
+    policy: dict, seeds: list, F_plus: np.ndarray, F_minus: np.ndarray, sigma: float, alpha: float
+) -> dict:
     """Return the new mean, for n pairs with seeds[i], fitness F_plus[i] (of mu + sigma eps_i) and
     F_minus[i] (of mu - sigma eps_i), eps_i = sample_noise(policy, seeds[i]):
 
@@ -102,6 +123,7 @@ def update_mean_policy(policy: dict, seeds: list, F_plus: np.ndarray, F_minus: n
     # YOUR CODE HERE (part 3)
     raise NotImplementedError("Part 3: return the updated mean (see the formula in the docstring)")
     # END OF YOUR CODE
+
 
 # ---- Part 4: the evaluation that runs on a worker ----
 def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple:
@@ -113,9 +135,19 @@ def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple
     raise NotImplementedError("Part 4: rebuild the pair, play both episodes, return (seed, R+, R-)")
     # END OF YOUR CODE
 
+
 # ---- Part 5: the training loop ----
-def train(env_name: str, executor, iterations: int, n_pairs: int, sigma: float, alpha: float,
-          seed: int = 0, hidden: int = 16, log=print) -> dict:
+def train(
+    env_name: str,
+    executor,
+    iterations: int,
+    n_pairs: int,
+    sigma: float,
+    alpha: float,
+    seed: int = 0,
+    hidden: int = 16,
+    log=print,
+) -> dict:
     """Return the trained mean policy. Start from initial_policy (env = gym.make(env_name) gives
     obs_dim = env.observation_space.shape[0] and n_out = n_outputs(env.action_space)). At each
     iteration = 0, 1, ..., iterations - 1:
@@ -129,6 +161,7 @@ def train(env_name: str, executor, iterations: int, n_pairs: int, sigma: float, 
     # YOUR CODE HERE (part 5)
     raise NotImplementedError("Part 5: write the training loop (steps 1-5 in the docstring)")
     # END OF YOUR CODE
+
 
 # ---- Given: running the parts (nothing to change below; the checker is tests/nes_checker.py) ----
 class RayExecutor:
@@ -161,6 +194,7 @@ class RayExecutor:
     def shutdown(self, wait=True, cancel_futures=False):
         pass
 
+
 def checker():
     """tests/nes_checker.py, the checker of the five parts."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "nes_checker.py")
@@ -171,24 +205,29 @@ def checker():
     spec.loader.exec_module(module)
     return module
 
+
 def positive(kind, zero=False):  # an argparse type: a finite number above 0 (or 0 if zero)
     def number(text: str):
         value = kind(text)
-        if not (0 <= value if zero else 0 < value) or value == math.inf:
+        if not (value >= 0 if zero else value > 0) or value == math.inf:
             sign = ">=" if zero else ">"
             raise argparse.ArgumentTypeError(f"must be finite, {sign} 0; got {text}")
         return value
+
     number.__name__ = kind.__name__  # argparse's "invalid int value" names it
     return number
+
 
 def init_worker():  # a worker process: Ctrl-C is the master's; it ends with the master (Linux)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform == "linux":
         __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description="NES class exercise: complete the parts, --check them, "
-                                "then train.")
+    p = argparse.ArgumentParser(
+        description="NES class exercise: complete the parts, --check them, then train."
+    )
     p.error = lambda message: p.exit(2, f"nes_exercise.py: error: {message} (see --help)\n")
     p.add_argument("--check", action="store_true", help="check the parts, say what to do next")
     p.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
@@ -197,8 +236,12 @@ def main(argv=None):
     p.add_argument("--sigma", type=positive(float), default=0.1, help="σ, std of the noise")
     p.add_argument("--alpha", type=positive(float), default=0.05, help="α, step size")
     p.add_argument("--seed", type=positive(int, zero=True), default=0, help="seeds the pairs")
-    p.add_argument("--workers", type=positive(int), default=os.cpu_count(),
-                   help="worker processes (default: all cores)")
+    p.add_argument(
+        "--workers",
+        type=positive(int),
+        default=os.cpu_count(),
+        help="worker processes (default: all cores)",
+    )
     p.add_argument("--ray", action="store_true", help="evaluate the pairs on Ray (pip install ray)")
     p.add_argument("--ray-address", help="with --ray: an existing cluster, e.g. 127.0.0.1:6379")
     args = p.parse_args(argv)
@@ -214,23 +257,30 @@ def main(argv=None):
     if len(space.shape or ()) != 1:
         p.error(f"{args.env}: the network takes a flat vector of observations, not {space}")
     ray = args.ray or args.ray_address  # an address says where Ray is: it means --ray
-    executor = RayExecutor(args.ray_address, p.error) if ray else ProcessPoolExecutor(
-        args.workers, initializer=init_worker)
+    executor = (
+        RayExecutor(args.ray_address, p.error)
+        if ray
+        else ProcessPoolExecutor(args.workers, initializer=init_worker)
+    )
     t0 = time.time()
     mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
     executor.shutdown()
     if not all(np.isfinite(mu[k]).all() for k in KEYS):
         p.exit(1, "nes_exercise.py: error: the mean became NaN or inf: alpha / sigma too large\n")
     returns = evaluate_mean(mu, args.env, 100)
-    print(f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes "
-          f"({time.time() - t0:.0f} s)")
+    print(
+        f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes "
+        f"({time.time() - t0:.0f} s)"
+    )
     return mu, returns
+
 
 def stop(signum, frame):  # Ctrl-C or SIGTERM: the workers end at once, mid-episode, then the run
     for proc in mp.active_children():
         proc.kill()
     print("nes_exercise.py: interrupted", file=sys.stderr, flush=True)
     os._exit(130)  # not sys.exit, which would wait for the pool's threads
+
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, stop)  # also in a job started with '&' (SIGINT starts ignored)

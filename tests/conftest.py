@@ -1,4 +1,5 @@
 """Lets the tests import the scripts (ars.py, ...) as modules from the repository root."""
+
 import os
 import sys
 
@@ -10,7 +11,9 @@ if ROOT not in sys.path:
 def pytest_configure(config):
     # Not this repository's to fix: Box2D's SWIG wrapper (imported by BipedalWalker and LunarLander)
     # warns on import under Python 3.11+.
-    config.addinivalue_line("filterwarnings", "ignore:builtin type .* has no __module__ attribute:DeprecationWarning")
+    config.addinivalue_line(
+        "filterwarnings", "ignore:builtin type .* has no __module__ attribute:DeprecationWarning"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -18,7 +21,9 @@ def pytest_collection_modifyitems(config, items):
     ray.shutdown(), and on Python 3.13 a process forked after that crashes in Ray's code (a
     SIGSEGV in GcsClient's destructor) as soon as it collects garbage: every test that forks local
     workers must run before Ray is started (tests/test_ray.py starts it once, for all its tests)."""
-    items.sort(key=lambda item: item.path.name == "test_ray.py")  # stable: the order is kept otherwise
+    items.sort(
+        key=lambda item: item.path.name == "test_ray.py"
+    )  # stable: the order is kept otherwise
 
 
 def only_builtin_types(x) -> bool:
@@ -26,11 +31,14 @@ def only_builtin_types(x) -> bool:
     what a worker may send back (through Ray, an object of a class defined in a script run as
     __main__ travels with the class's whole definition)."""
     import numpy as np
+
     if type(x) in (tuple, list):
         return all(only_builtin_types(v) for v in x)
     if type(x) is dict:
         return all(type(k) is str and only_builtin_types(v) for k, v in x.items())
-    return x is None or type(x) in (str, int, float, bool) or isinstance(x, (np.ndarray, np.generic))
+    return (
+        x is None or type(x) in (str, int, float, bool) or isinstance(x, (np.ndarray, np.generic))
+    )
 
 
 def refused(module, tmp_path, *argv) -> str:
@@ -40,11 +48,18 @@ def refused(module, tmp_path, *argv) -> str:
     Returns that line."""
     import contextlib
     import io
+
     import pytest
+
     out_dir, err = tmp_path / "out", io.StringIO()
-    where = [] if "--resume" in argv else ["--out-dir", str(out_dir)]  # a resumed run stays in its folder
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
-            pytest.raises(SystemExit) as stop:
+    where = (
+        [] if "--resume" in argv else ["--out-dir", str(out_dir)]
+    )  # a resumed run stays in its folder
+    with (
+        contextlib.redirect_stderr(err),
+        contextlib.redirect_stdout(io.StringIO()),
+        pytest.raises(SystemExit) as stop,
+    ):
         module.main([*argv, *where])
     lines = err.getvalue().strip().splitlines()
     assert stop.value.code == 2, err.getvalue()
@@ -55,6 +70,7 @@ def refused(module, tmp_path, *argv) -> str:
 
 class _Trap:
     """An object whose unpickling creates a file."""
+
     def __init__(self, path: str):
         self.path = path
 
@@ -66,6 +82,7 @@ def booby_trapped(marker: str):
     """An object array that creates the file `marker` if a loader unpickles it: a checkpoint
     holding it tells whether the script loads with allow_pickle=False."""
     import numpy as np
+
     trap = np.empty(1, dtype=object)
     trap[0] = _Trap(marker)
     return trap
@@ -78,9 +95,15 @@ def interrupt_at_line(train, n: int, after: int = 0, also=()):
     log row, the checkpoint), counting from the loop's pass number after + 1: a signal can arrive
     between any two lines. Returns the trace and a list that gets n if it fired."""
     import inspect
+
     source, first = inspect.getsourcelines(train)
-    loop = [first + i for i, line in enumerate(source) if "while state[" in line or "except KeyboardInterrupt" in line
-            or "except (KeyboardInterrupt" in line]
+    loop = [
+        first + i
+        for i, line in enumerate(source)
+        if "while state[" in line
+        or "except KeyboardInterrupt" in line
+        or "except (KeyboardInterrupt" in line
+    ]
     helpers = {f.__code__ for f in also}
     count, passes, fired = [0], [0], []
 
@@ -106,11 +129,12 @@ def interrupt_at_line(train, n: int, after: int = 0, also=()):
 
     def trace(frame, event, arg):
         if os.getpid() != master:  # a forked worker inherits the trace: it has no line to stop
-            sys.settrace(None)     # at, and would run its episodes traced, several times slower
+            sys.settrace(None)  # at, and would run its episodes traced, several times slower
             return None
         if frame.f_code is train.__code__:
             return local
         return in_helper if frame.f_code in helpers else None
+
     return trace, fired
 
 
@@ -130,6 +154,7 @@ def interrupted_runs(train, start, after: int = 0, also=()):
             # A KeyboardInterrupt raised by the trace can land where no signal can: between a
             # script's blocking of SIGINT and SIGTERM (around a checkpoint) and its try block.
             import signal
+
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         if not fired:
             return
@@ -142,6 +167,7 @@ def sigint_during_close(monkeypatch, pool_class, run):
     started in the background, as CI may be, begins with SIGINT ignored). Returns run()'s result
     and the SIGINT handler in place after it, so a test can check the script restored it."""
     import signal
+
     close = pool_class.close
 
     def stopped(self, *args, **kwargs):

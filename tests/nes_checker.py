@@ -1,6 +1,7 @@
 """The checker of the NES class exercise: `python nes_exercise.py --check` runs it on the student's
 file. Each part is compared with exact expected values, and the common wrong answers are named with
 their fix at the part that holds them (docs/nes_exercise.md, each part's "The checker")."""
+
 import os
 import re
 import sys
@@ -17,10 +18,18 @@ class Wrong(Exception):
 
 # ---------------------------------------------------------------- helpers
 
+
 def same(a, b) -> bool:
     """Two policies (dicts of arrays) with the same keys, shapes and values."""
-    return isinstance(a, dict) and isinstance(b, dict) and set(a) == set(b) and all(
-        np.shape(a[k]) == np.shape(b[k]) and np.allclose(a[k], b[k], rtol=1e-9, atol=1e-12) for k in b)
+    return (
+        isinstance(a, dict)
+        and isinstance(b, dict)
+        and set(a) == set(b)
+        and all(
+            np.shape(a[k]) == np.shape(b[k]) and np.allclose(a[k], b[k], rtol=1e-9, atol=1e-12)
+            for k in b
+        )
+    )
 
 
 def tiny_policy(ex) -> dict:
@@ -46,6 +55,7 @@ class QuadraticSeeded(gym.Env):
     """One step whose observation comes from the reset seed and whose return -|a - a*|^2 is
     continuous in the action: the mean, plus and minus policies, and every env seed, give different
     returns."""
+
     observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float64)
     action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
@@ -65,19 +75,26 @@ if "NesCheck-v0" not in gym.registry:
 
 # ---------------------------------------------------------------- the five parts
 
+
 def part1(ex):
     mu = ex.initial_policy(4, 2, 16)
     if not isinstance(mu, dict) or set(mu) != set(ex.KEYS):
-        raise Wrong(f"return a dict with the keys {ex.KEYS}, got {type(mu).__name__}"
-                    f"{' with ' + str(sorted(mu)) if isinstance(mu, dict) else ''}")
+        raise Wrong(
+            f"return a dict with the keys {ex.KEYS}, got {type(mu).__name__}"
+            f"{' with ' + str(sorted(mu)) if isinstance(mu, dict) else ''}"
+        )
     for k, shape in ex.policy_shapes(4, 2, 16).items():
         if np.shape(mu[k]) != shape:
-            raise Wrong(f"{k} has shape {np.shape(mu[k])}, not {shape}: use policy_shapes(obs_dim, n_out, hidden)")
+            raise Wrong(
+                f"{k} has shape {np.shape(mu[k])}, not {shape}: use policy_shapes(obs_dim, n_out, hidden)"
+            )
         if np.any(np.asarray(mu[k]) != 0):
             raise Wrong(f"{k} is not all zeros")
         if np.asarray(mu[k]).dtype.kind != "f":
-            raise Wrong(f"{k} holds {np.asarray(mu[k]).dtype} zeros: make float zeros, np.zeros(shape) (integer "
-                        "arrays cannot take the fractional steps of Part 3)")
+            raise Wrong(
+                f"{k} holds {np.asarray(mu[k]).dtype} zeros: make float zeros, np.zeros(shape) (integer "
+                "arrays cannot take the fractional steps of Part 3)"
+            )
 
 
 def part2(ex):
@@ -85,22 +102,39 @@ def part2(ex):
     before = copy(mu)
     pair = ex.mirrored_pair(mu, seed, sigma)
     if not same(mu, before):
-        raise Wrong("mirrored_pair changed the arrays of the policy it was given (a dict copy shares its arrays, "
-                    "so += edits them in place): build new arrays, e.g. policy[k] + sigma * eps[k]")
+        raise Wrong(
+            "mirrored_pair changed the arrays of the policy it was given (a dict copy shares its arrays, "
+            "so += edits them in place): build new arrays, e.g. policy[k] + sigma * eps[k]"
+        )
     if not (isinstance(pair, tuple) and len(pair) == 2):
         raise Wrong("return a tuple (plus, minus) of two dicts")
     plus, minus = pair
     eps, other = ex.sample_noise(mu, seed), ex.sample_noise(mu, seed + 1)
     want = [{k: mu[k] + s * sigma * eps[k] for k in mu} for s in (1, -1)]
-    named = [((want[1], want[0]), "plus and minus are swapped: plus is mu + sigma eps, minus is mu - sigma eps"),
-             (({k: mu[k] + eps[k] for k in mu}, None), "eps is not scaled: use mu + sigma * eps"),
-             (({k: mu[k] + sigma * sigma * eps[k] for k in mu}, None),
-              "eps is scaled by sigma twice: mu + sigma * eps"),
-             ((want[0], {k: mu[k] - sigma * other[k] for k in mu}), "minus uses other noise: it is mu - sigma * eps "
-              "with the same eps as plus (one sample_noise(policy, seed) for both)"),
-             ((want[0], mu), "minus is the mean itself: minus is mu - sigma * eps, the mirror image of plus"),
-             (({k: mu[k] + sigma * other[k] for k in mu}, None), "the noise is not sample_noise(policy, seed) "
-              "with the seed you were given")]
+    named = [
+        (
+            (want[1], want[0]),
+            "plus and minus are swapped: plus is mu + sigma eps, minus is mu - sigma eps",
+        ),
+        (({k: mu[k] + eps[k] for k in mu}, None), "eps is not scaled: use mu + sigma * eps"),
+        (
+            ({k: mu[k] + sigma * sigma * eps[k] for k in mu}, None),
+            "eps is scaled by sigma twice: mu + sigma * eps",
+        ),
+        (
+            (want[0], {k: mu[k] - sigma * other[k] for k in mu}),
+            "minus uses other noise: it is mu - sigma * eps "
+            "with the same eps as plus (one sample_noise(policy, seed) for both)",
+        ),
+        (
+            (want[0], mu),
+            "minus is the mean itself: minus is mu - sigma * eps, the mirror image of plus",
+        ),
+        (
+            ({k: mu[k] + sigma * other[k] for k in mu}, None),
+            "the noise is not sample_noise(policy, seed) with the seed you were given",
+        ),
+    ]
     for (p, m), message in named:
         if same(plus, p) and (m is None or same(minus, m)):
             raise Wrong(message)
@@ -117,39 +151,81 @@ def part3(ex):
     before = copy(mu)
     new = ex.update_mean_policy(mu, list(seeds), Fp.copy(), Fm.copy(), sigma, alpha)
     if not same(mu, before):
-        raise Wrong("update_mean_policy changed the arrays of the policy it was given: start from copies "
-                    "(policy[k].copy(), or policy[k] + step) and return a new dict")
+        raise Wrong(
+            "update_mean_policy changed the arrays of the policy it was given: start from copies "
+            "(policy[k].copy(), or policy[k] + step) and return a new dict"
+        )
     if not isinstance(new, dict) or set(new) != set(ex.KEYS):
         raise Wrong(f"return a dict with the keys {ex.KEYS}")
     right = alpha / (2 * n * sigma)
     if same(new, shifted(ex, mu, seeds, d, right)):
         return
-    named = [(-right, d, seeds, "the step has the wrong sign: move towards the better member, "
-              "+(F_plus[i] - F_minus[i]) * eps_i"),
-             (2 * right, d, seeds, "the sum is divided by n sigma: divide by 2 n sigma (2 n episodes)"),
-             (right / 2, d, seeds, "the sum is divided by 4 n sigma: divide by 2 n sigma"),
-             (right * sigma, d, seeds, "1/sigma is missing: alpha / (2 * n * sigma)"),
-             (right * sigma ** 2, d, seeds, "sigma multiplies instead of dividing: alpha / (2 * n * sigma)"),
-             (alpha / 2 * n * sigma, d, seeds, "alpha / 2 * n * sigma is (alpha / 2) * n * sigma: write "
-              "alpha / (2 * n * sigma), with the parentheses"),
-             (right * 2 * n, d, seeds, "the sum is not divided by 2 n: alpha / (2 * n * sigma)"),
-             (right * n, d, seeds, "the sum is divided by 2 sigma only: alpha / (2 * n * sigma)"),
-             (right, Fp, seeds, "only F_plus is used: each term is (F_plus[i] - F_minus[i]) * eps_i"),
-             (right, Fp + Fm, seeds, "F_plus + F_minus is used: each term is (F_plus[i] - F_minus[i]) * eps_i"),
-             (right, d, list(range(n)), "eps_i comes from the index i: use eps_i = sample_noise(policy, seeds[i])"),
-             (right, d, [seeds[0]] * n, "every term uses the first pair's noise: eps_i = sample_noise(policy, "
-              "seeds[i])"),
-             (right, d, seeds[1:] + seeds[:1], "each term uses another pair's noise: eps_i = sample_noise(policy, "
-              "seeds[i]) with the F of the same i")]
+    named = [
+        (
+            -right,
+            d,
+            seeds,
+            "the step has the wrong sign: move towards the better member, "
+            "+(F_plus[i] - F_minus[i]) * eps_i",
+        ),
+        (2 * right, d, seeds, "the sum is divided by n sigma: divide by 2 n sigma (2 n episodes)"),
+        (right / 2, d, seeds, "the sum is divided by 4 n sigma: divide by 2 n sigma"),
+        (right * sigma, d, seeds, "1/sigma is missing: alpha / (2 * n * sigma)"),
+        (
+            right * sigma**2,
+            d,
+            seeds,
+            "sigma multiplies instead of dividing: alpha / (2 * n * sigma)",
+        ),
+        (
+            alpha / 2 * n * sigma,
+            d,
+            seeds,
+            "alpha / 2 * n * sigma is (alpha / 2) * n * sigma: write "
+            "alpha / (2 * n * sigma), with the parentheses",
+        ),
+        (right * 2 * n, d, seeds, "the sum is not divided by 2 n: alpha / (2 * n * sigma)"),
+        (right * n, d, seeds, "the sum is divided by 2 sigma only: alpha / (2 * n * sigma)"),
+        (right, Fp, seeds, "only F_plus is used: each term is (F_plus[i] - F_minus[i]) * eps_i"),
+        (
+            right,
+            Fp + Fm,
+            seeds,
+            "F_plus + F_minus is used: each term is (F_plus[i] - F_minus[i]) * eps_i",
+        ),
+        (
+            right,
+            d,
+            list(range(n)),
+            "eps_i comes from the index i: use eps_i = sample_noise(policy, seeds[i])",
+        ),
+        (
+            right,
+            d,
+            [seeds[0]] * n,
+            "every term uses the first pair's noise: eps_i = sample_noise(policy, seeds[i])",
+        ),
+        (
+            right,
+            d,
+            seeds[1:] + seeds[:1],
+            "each term uses another pair's noise: eps_i = sample_noise(policy, "
+            "seeds[i]) with the F of the same i",
+        ),
+    ]
     for scale, w, s, message in named:
         if same(new, shifted(ex, mu, s, w, scale)):
             raise Wrong(message)
     for drop in (0, n - 1):
         keep = [i for i in range(n) if i != drop]
         for m in (n, n - 1):
-            if same(new, shifted(ex, mu, [seeds[i] for i in keep], d[keep], alpha / (2 * m * sigma))):
+            if same(
+                new, shifted(ex, mu, [seeds[i] for i in keep], d[keep], alpha / (2 * m * sigma))
+            ):
                 raise Wrong(f"pair {drop} is left out of the sum: sum over all n pairs")
-    raise Wrong("the new mean differs from mu + alpha / (2 n sigma) * sum_i (F_plus[i] - F_minus[i]) * eps_i")
+    raise Wrong(
+        "the new mean differs from mu + alpha / (2 n sigma) * sum_i (F_plus[i] - F_minus[i]) * eps_i"
+    )
 
 
 def part4(ex):
@@ -160,31 +236,53 @@ def part4(ex):
     got_seed, rp, rm = out
     for value, name in ((rp, "return_plus"), (rm, "return_minus")):
         if isinstance(value, (dict, list, tuple, np.ndarray)):
-            raise Wrong(f"{name} is a {type(value).__name__}: return the episode's return, a number, never the "
-                        "weights (only numbers travel back from a worker)")
+            raise Wrong(
+                f"{name} is a {type(value).__name__}: return the episode's return, a number, never the "
+                "weights (only numbers travel back from a worker)"
+            )
     if got_seed != seed:
-        raise Wrong(f"the first element should be the seed you were given ({seed}), got {got_seed!r}: the master "
-                    "matches each result to its pair by this seed")
+        raise Wrong(
+            f"the first element should be the seed you were given ({seed}), got {got_seed!r}: the master "
+            "matches each result to its pair by this seed"
+        )
     plus, minus = ex.mirrored_pair(mu, seed, sigma)
     R = lambda policy, env_seed=seed: ex.rollout(policy, env, env_seed)  # noqa: E731
     want = (R(plus), R(minus))
     if np.allclose((rp, rm), want, rtol=1e-12, atol=0):
         return
     other = ex.mirrored_pair(mu, seed + 1, sigma)
-    named = [((want[1], want[0]), "return_plus and return_minus are swapped"),
-             ((want[0], want[0]), "both episodes play plus: play minus for return_minus"),
-             ((want[1], want[1]), "both episodes play minus: play plus for return_plus"),
-             ((R(mu), R(mu)), "both episodes play the mean policy: play the pair, mirrored_pair(policy, seed, sigma)"),
-             ((R(plus, 0), R(minus, 0)), "the episodes start from env_seed 0: play both from env_seed = seed"),
-             ((R(plus, seed + 1), R(minus, seed + 1)), "the episodes start from the wrong env_seed: play both "
-              "from env_seed = seed"),
-             ((R(plus), R(minus, seed + 1)), "the two episodes start from different env_seeds: both from seed"),
-             ((R(other[0]), R(other[1])), "the pair is built from another seed: mirrored_pair(policy, seed, sigma)")]
+    named = [
+        ((want[1], want[0]), "return_plus and return_minus are swapped"),
+        ((want[0], want[0]), "both episodes play plus: play minus for return_minus"),
+        ((want[1], want[1]), "both episodes play minus: play plus for return_plus"),
+        (
+            (R(mu), R(mu)),
+            "both episodes play the mean policy: play the pair, mirrored_pair(policy, seed, sigma)",
+        ),
+        (
+            (R(plus, 0), R(minus, 0)),
+            "the episodes start from env_seed 0: play both from env_seed = seed",
+        ),
+        (
+            (R(plus, seed + 1), R(minus, seed + 1)),
+            "the episodes start from the wrong env_seed: play both from env_seed = seed",
+        ),
+        (
+            (R(plus), R(minus, seed + 1)),
+            "the two episodes start from different env_seeds: both from seed",
+        ),
+        (
+            (R(other[0]), R(other[1])),
+            "the pair is built from another seed: mirrored_pair(policy, seed, sigma)",
+        ),
+    ]
     for values, message in named:
         if np.allclose((rp, rm), values, rtol=1e-12, atol=0):
             raise Wrong(message)
-    raise Wrong(f"expected the returns {want} of rollout(plus, env_name, seed) and rollout(minus, env_name, "
-                f"seed), got {(rp, rm)}")
+    raise Wrong(
+        f"expected the returns {want} of rollout(plus, env_name, seed) and rollout(minus, env_name, "
+        f"seed), got {(rp, rm)}"
+    )
 
 
 class Recorder:
@@ -198,6 +296,7 @@ class Recorder:
             def result(self, timeout=None):
                 recorder.events.append(("result",))
                 return super().result(timeout)
+
         self.future = Recorded
 
     def submit(self, fn, *args, **kwargs):
@@ -209,7 +308,10 @@ class Recorder:
 
 def part5(ex):
     T, n, sigma, alpha, seed, env = 3, 5, 0.1, 0.2, 4, "NesCheck-v0"
-    mu, expected = ex.initial_policy(4, 2, 3), []  # the run as it should go, with the parts 1-4 checked above
+    mu, expected = (
+        ex.initial_policy(4, 2, 3),
+        [],
+    )  # the run as it should go, with the parts 1-4 checked above
     for t in range(T):
         seeds = ex.pair_seeds(seed, t, n)
         results = [ex.evaluate_pair(mu, s, sigma, env) for s in seeds]
@@ -221,50 +323,101 @@ def part5(ex):
     updates, lines, recorder, real = [], [], Recorder(), scope["update_mean_policy"]
 
     def update(policy, seeds, F_plus, F_minus, s, a):
-        updates.append(dict(mu=copy(policy), seeds=list(seeds), F_plus=np.asarray(F_plus, float),
-                            F_minus=np.asarray(F_minus, float), sigma=s, alpha=a))
+        updates.append(
+            dict(
+                mu=copy(policy),
+                seeds=list(seeds),
+                F_plus=np.asarray(F_plus, float),
+                F_minus=np.asarray(F_minus, float),
+                sigma=s,
+                alpha=a,
+            )
+        )
         return real(policy, seeds, F_plus, F_minus, s, a)
+
     scope["update_mean_policy"] = update
     try:
-        final = ex.train(env, recorder, iterations=T, n_pairs=n, sigma=sigma, alpha=alpha, seed=seed, hidden=3,
-                         log=lambda *a, **kw: lines.append(kw.get("sep", " ").join(map(str, a))))
+        final = ex.train(
+            env,
+            recorder,
+            iterations=T,
+            n_pairs=n,
+            sigma=sigma,
+            alpha=alpha,
+            seed=seed,
+            hidden=3,
+            log=lambda *a, **kw: lines.append(kw.get("sep", " ").join(map(str, a))),
+        )
     finally:
         scope["update_mean_policy"] = real
     submits = [e[:3] for e in recorder.events if e[0] == "submit"]
     if any(e[3] for e in recorder.events if e[0] == "submit"):
-        raise Wrong("pass evaluate_pair's arguments by position, executor.submit(evaluate_pair, mu, s, sigma, "
-                    "env_name): the Ray executor takes no keyword arguments")
+        raise Wrong(
+            "pass evaluate_pair's arguments by position, executor.submit(evaluate_pair, mu, s, sigma, "
+            "env_name): the Ray executor takes no keyword arguments"
+        )
     if not submits:
-        raise Wrong("nothing was submitted: run each pair with executor.submit(evaluate_pair, mu, s, sigma, "
-                    "env_name)")
+        raise Wrong(
+            "nothing was submitted: run each pair with executor.submit(evaluate_pair, mu, s, sigma, "
+            "env_name)"
+        )
     if any(fn not in (ex.evaluate_pair, scope.get("evaluate_pair")) for _, fn, _ in submits):
-        raise Wrong("submit evaluate_pair itself: executor.submit(evaluate_pair, mu, s, sigma, env_name)")
+        raise Wrong(
+            "submit evaluate_pair itself: executor.submit(evaluate_pair, mu, s, sigma, env_name)"
+        )
     if len(submits) != T * n:
-        raise Wrong(f"{len(submits)} calls of executor.submit for {T} iterations of {n} pairs: one per pair, "
-                    f"{T * n}")
+        raise Wrong(
+            f"{len(submits)} calls of executor.submit for {T} iterations of {n} pairs: one per pair, "
+            f"{T * n}"
+        )
     done = 0
-    for e in recorder.events:  # every pair of an iteration submitted before the first result is asked
+    for (
+        e
+    ) in recorder.events:  # every pair of an iteration submitted before the first result is asked
         if e[0] == "submit":
             done += 1
         elif done % n:
-            raise Wrong("a result is collected before every pair of the iteration is submitted: submit all n pairs "
-                        "first, then call result() on each future (otherwise the pairs do not run in parallel)")
+            raise Wrong(
+                "a result is collected before every pair of the iteration is submitted: submit all n pairs "
+                "first, then call result() on each future (otherwise the pairs do not run in parallel)"
+            )
     if len(updates) != T:
-        raise Wrong(f"update_mean_policy was called {len(updates)} times in {T} iterations: once per iteration")
-    for t, want in enumerate(expected):  # iteration by iteration: what it evaluates, then its update
-        check_submits(ex, t, n, want, [args for _, _, args in submits[t * n:(t + 1) * n]], submits, seed, sigma,
-                      env)
+        raise Wrong(
+            f"update_mean_policy was called {len(updates)} times in {T} iterations: once per iteration"
+        )
+    for t, want in enumerate(
+        expected
+    ):  # iteration by iteration: what it evaluates, then its update
+        check_submits(
+            ex,
+            t,
+            n,
+            want,
+            [args for _, _, args in submits[t * n : (t + 1) * n]],
+            submits,
+            seed,
+            sigma,
+            env,
+        )
         check_update(ex, t, n, want, updates[t], sigma, alpha)
     if len(lines) != T:
-        raise Wrong(f"{len(lines)} log lines for {T} iterations: log one line per iteration" + (
-            " with log(...), train's argument (not print)" if not lines else ""))
+        raise Wrong(
+            f"{len(lines)} log lines for {T} iterations: log one line per iteration"
+            + (" with log(...), train's argument (not print)" if not lines else "")
+        )
     numbers = [[float(x) for x in re.findall(r"-?\d+\.?\d*(?:e-?\d+)?", line)] for line in lines]
-    fitness = all(0 in line for line in numbers[1:])  # the iteration number may be 0 on the first line
+    fitness = all(
+        0 in line for line in numbers[1:]
+    )  # the iteration number may be 0 on the first line
     for t, (want, line) in enumerate(zip(expected, lines)):
-        if not any(abs(x - want["R"].mean()) <= 0.51 + 1e-3 * abs(want["R"].mean()) for x in numbers[t]):
-            raise Wrong(f"log line {t} ({line!r}) does not show the mean of the 2 n returns "
-                        f"({want['R'].mean():.2f})" + (": it shows the fitness, whose mean is 0" if fitness
-                                                         else ""))
+        if not any(
+            abs(x - want["R"].mean()) <= 0.51 + 1e-3 * abs(want["R"].mean()) for x in numbers[t]
+        ):
+            raise Wrong(
+                f"log line {t} ({line!r}) does not show the mean of the 2 n returns "
+                f"({want['R'].mean():.2f})"
+                + (": it shows the fitness, whose mean is 0" if fitness else "")
+            )
     if not same(final, mu):
         raise Wrong("train should return the mean policy after the last update")
 
@@ -276,20 +429,35 @@ def check_submits(ex, t, n, want, calls, submits, seed, sigma, env):
         if got == ex.pair_seeds(0, t, n):
             raise Wrong("the pairs' seeds ignore --seed: pair_seeds(seed, iteration, n_pairs)")
         if t and got == [c[2][1] for c in submits[:n]]:
-            raise Wrong("every iteration uses the same seeds: pair_seeds(seed, iteration, n_pairs) with this "
-                        "iteration's number")
+            raise Wrong(
+                "every iteration uses the same seeds: pair_seeds(seed, iteration, n_pairs) with this "
+                "iteration's number"
+            )
         if got == ex.pair_seeds(seed, t + 1, n):
-            raise Wrong("iterations count from 0: the first iteration's seeds are pair_seeds(seed, 0, n_pairs)")
-        raise Wrong("the submitted seeds are not pair_seeds(seed, iteration, n_pairs) (numpy's global random "
-                    "functions give other seeds on every run)")
-    if any(isinstance(a[0], dict) and np.shape(a[0].get("W1")) != np.shape(want["mu"]["W1"]) for a in calls):
-        raise Wrong("the policy has other shapes: make it with initial_policy(obs_dim, n_out, hidden), with train's "
-                    "hidden")
+            raise Wrong(
+                "iterations count from 0: the first iteration's seeds are pair_seeds(seed, 0, n_pairs)"
+            )
+        raise Wrong(
+            "the submitted seeds are not pair_seeds(seed, iteration, n_pairs) (numpy's global random "
+            "functions give other seeds on every run)"
+        )
+    if any(
+        isinstance(a[0], dict) and np.shape(a[0].get("W1")) != np.shape(want["mu"]["W1"])
+        for a in calls
+    ):
+        raise Wrong(
+            "the policy has other shapes: make it with initial_policy(obs_dim, n_out, hidden), with train's "
+            "hidden"
+        )
     if any(not same(a[0], want["mu"]) for a in calls):
-        raise Wrong(f"iteration {t} evaluates another policy than the current mean: submit evaluate_pair(mu, s, "
-                    "sigma, env_name) with the mu that update_mean_policy returned last")
+        raise Wrong(
+            f"iteration {t} evaluates another policy than the current mean: submit evaluate_pair(mu, s, "
+            "sigma, env_name) with the mu that update_mean_policy returned last"
+        )
     if any(tuple(a[2:]) != (sigma, env) for a in calls):
-        raise Wrong("submit evaluate_pair(mu, s, sigma, env_name) with train's sigma and env_name, in this order")
+        raise Wrong(
+            "submit evaluate_pair(mu, s, sigma, env_name) with train's sigma and env_name, in this order"
+        )
 
 
 def check_update(ex, t, n, want, got, sigma, alpha):
@@ -298,7 +466,9 @@ def check_update(ex, t, n, want, got, sigma, alpha):
     if not same(got["mu"], want["mu"]):
         raise Wrong(f"iteration {t} updates another policy than the current mean")
     if (got["sigma"], got["alpha"]) != (sigma, alpha):
-        raise Wrong("call update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha) with train's sigma and alpha")
+        raise Wrong(
+            "call update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha) with train's sigma and alpha"
+        )
     if got["F_plus"].shape != (n,) or got["F_minus"].shape != (n,) or len(got["seeds"]) != n:
         raise Wrong(f"hand update_mean_policy n = {n} seeds, F_plus and F_minus (one per pair)")
     R, F = want["R"], want["F"]
@@ -308,33 +478,56 @@ def check_update(ex, t, n, want, got, sigma, alpha):
     d = got["F_plus"] - got["F_minus"]
     if np.allclose(d, [by_seed[s] for s in got["seeds"]]):
         return
-    if np.allclose(got["F_plus"], R[:n]) and np.allclose(got["F_minus"], R[n:]) or np.allclose(
-            got["F_plus"], [R[:n][want["seeds"].index(s)] for s in got["seeds"]]):
-        raise Wrong("the raw returns are handed to the update: shape them first, F = centered_ranks of all 2 n "
-                    "returns together (Eq. 4)")
+    if (
+        np.allclose(got["F_plus"], R[:n])
+        and np.allclose(got["F_minus"], R[n:])
+        or np.allclose(got["F_plus"], [R[:n][want["seeds"].index(s)] for s in got["seeds"]])
+    ):
+        raise Wrong(
+            "the raw returns are handed to the update: shape them first, F = centered_ranks of all 2 n "
+            "returns together (Eq. 4)"
+        )
     if np.allclose(d, ex.centered_ranks(R[:n]) - ex.centered_ranks(R[n:])):
-        raise Wrong("the plus and minus returns are ranked separately: rank all 2 n together, "
-                    "centered_ranks(np.concatenate([R_plus, R_minus])), then split")
+        raise Wrong(
+            "the plus and minus returns are ranked separately: rank all 2 n together, "
+            "centered_ranks(np.concatenate([R_plus, R_minus])), then split"
+        )
     for split in ((F[n:], F[:n]), (F[::2], F[1::2]), (F[1::2], F[::2])):
         if np.allclose(d, split[0] - split[1]):
-            raise Wrong("the ranked vector is split wrongly: with F = centered_ranks(np.concatenate([R_plus, "
-                        "R_minus])), F_plus = F[:n] and F_minus = F[n:]")
+            raise Wrong(
+                "the ranked vector is split wrongly: with F = centered_ranks(np.concatenate([R_plus, "
+                "R_minus])), F_plus = F[:n] and F_minus = F[n:]"
+            )
     if np.allclose(sorted(d), sorted(by_seed.values())):
-        raise Wrong("the results are matched to the wrong seeds: hand the update the seeds in the order of the "
-                    "results (evaluate_pair returns each pair's seed for this)")
+        raise Wrong(
+            "the results are matched to the wrong seeds: hand the update the seeds in the order of the "
+            "results (evaluate_pair returns each pair's seed for this)"
+        )
     expected = np.round([by_seed[s] for s in got["seeds"]], 3)
     raise Wrong(f"iteration {t}: F_plus - F_minus is {np.round(d, 3)}, expected {expected}")
 
 
-PARTS = [("Part 1", "initial_policy", part1), ("Part 2", "mirrored_pair", part2),
-         ("Part 3", "update_mean_policy", part3), ("Part 4", "evaluate_pair", part4), ("Part 5", "train", part5)]
+PARTS = [
+    ("Part 1", "initial_policy", part1),
+    ("Part 2", "mirrored_pair", part2),
+    ("Part 3", "update_mean_policy", part3),
+    ("Part 4", "evaluate_pair", part4),
+    ("Part 5", "train", part5),
+]
 
 
 def student_line(ex, error: BaseException) -> str:
     """Where in the student's file an exception came from: ' (nes_exercise.py, line 123: code)'."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if os.path.abspath(f.filename) == os.path.abspath(getattr(ex, "__file__", "") or "")]
-    return f" ({os.path.basename(frames[-1].filename)}, line {frames[-1].lineno}: {frames[-1].line})" if frames else ""
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if os.path.abspath(f.filename) == os.path.abspath(getattr(ex, "__file__", "") or "")
+    ]
+    return (
+        f" ({os.path.basename(frames[-1].filename)}, line {frames[-1].lineno}: {frames[-1].line})"
+        if frames
+        else ""
+    )
 
 
 def run_part(ex, part) -> tuple:
@@ -358,10 +551,15 @@ def check(ex, out=print) -> bool:
         status, message = run_part(ex, part)
         out(f"{part[0]} ({part[1]}): {status}" + (f": {message}" if message else ""))
         if status != "passed":
-            out(f"Next: open {name}, find '{part[0]}', complete {part[1]} (read its docstring), then run --check "
-                "again." if status == "not implemented yet" else f"Next: fix {part[1]} in {name}, then run "
-                "--check again.")
+            out(
+                f"Next: open {name}, find '{part[0]}', complete {part[1]} (read its docstring), then run --check "
+                "again."
+                if status == "not implemented yet"
+                else f"Next: fix {part[1]} in {name}, then run --check again."
+            )
             return False
-    script = os.path.relpath(sys.argv[0]) if sys.argv[0].endswith(".py") else name  # or the teacher's copy
+    script = (
+        os.path.relpath(sys.argv[0]) if sys.argv[0].endswith(".py") else name
+    )  # or the teacher's copy
     out(f"All five parts pass. Train with: python {script}")
     return True

@@ -1,4 +1,5 @@
 """Tests of ars.py: the math, the behaviour of a run, the command line and every bad input."""
+
 import glob
 import json
 import os
@@ -10,19 +11,26 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
-
-import ars
 from conftest import interrupted_runs, only_builtin_types, refused
 
+import ars
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                               reason="environments registered by the test reach workers only by fork")
+FORK_ONLY = pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="environments registered by the test reach workers only by fork",
+)
 
 
 def cli(*argv, timeout=240):
     """Run ars.py as a user would; returns the finished process."""
-    return subprocess.run([sys.executable, os.path.join(ROOT, "ars.py"), *argv], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "ars.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def config(**kw):
@@ -44,7 +52,9 @@ def test_update_matches_hand_computation():
     sigma_R = np.std([0.0, 5.0, 3.0, 1.0])
     expected = M + 0.1 / (2 * sigma_R) * ((0.0 - 5.0) * deltas[2] + (3.0 - 1.0) * deltas[0])
     asked = []
-    M_new, sigma = ars.ars_update(M, lambda k: asked.append(k) or deltas[k], r_plus, r_minus, alpha=0.1, b=2)
+    M_new, sigma = ars.ars_update(
+        M, lambda k: asked.append(k) or deltas[k], r_plus, r_minus, alpha=0.1, b=2
+    )
     np.testing.assert_allclose(M_new, expected)
     assert sigma == pytest.approx(sigma_R)
     assert sorted(asked) == [0, 2]  # only the top b directions are regenerated, not all N
@@ -65,7 +75,9 @@ def test_update_equals_the_full_sum_over_the_top_b_with_many_directions():
 
 def test_update_takes_no_step_when_all_returns_are_equal():
     M = np.ones((2, 3))
-    out, sigma_R = ars.ars_update(M, lambda k: np.ones((2, 3)), np.full(4, 7.0), np.full(4, 7.0), alpha=0.1, b=4)
+    out, sigma_R = ars.ars_update(
+        M, lambda k: np.ones((2, 3)), np.full(4, 7.0), np.full(4, 7.0), alpha=0.1, b=4
+    )
     np.testing.assert_array_equal(out, M)
     assert sigma_R == 0.0
 
@@ -113,8 +125,9 @@ def test_directions_are_regenerated_identically_from_their_name():
 def test_rollout_reports_plain_return_and_trains_on_shifted_clipped_one():
     env = gym.make("Pendulum-v1")
     M = np.zeros((1, 3))
-    total, shaped, steps, stats = ars.rollout(env, M, np.zeros(3), np.ones(3), env_seed=0, shift=1.0,
-                                              reward_clip=0.5, keep_obs=True)
+    total, shaped, steps, stats = ars.rollout(
+        env, M, np.zeros(3), np.ones(3), env_seed=0, shift=1.0, reward_clip=0.5, keep_obs=True
+    )
     env2 = gym.make("Pendulum-v1")
     env2.reset(seed=0)
     rewards = [env2.step(np.zeros(1))[1] for _ in range(200)]
@@ -125,7 +138,11 @@ def test_rollout_reports_plain_return_and_trains_on_shifted_clipped_one():
 
 def walk(env, seed: int, scale: float = 1.0, reset=ars.reset_env) -> np.ndarray:
     """The observations of one BipedalWalker episode of open-loop leg swings (up to 1,600 steps)."""
-    actions = scale * 0.6 * np.sin(0.15 * np.arange(1600)[:, None] + np.array([0, np.pi, np.pi / 2, 1.5 * np.pi]))
+    actions = (
+        scale
+        * 0.6
+        * np.sin(0.15 * np.arange(1600)[:, None] + np.array([0, np.pi, np.pi / 2, 1.5 * np.pi]))
+    )
     x, _ = reset(env, seed)
     xs = [x]
     for a in actions:
@@ -136,7 +153,9 @@ def walk(env, seed: int, scale: float = 1.0, reset=ars.reset_env) -> np.ndarray:
     return np.array(xs)
 
 
-@pytest.mark.parametrize("reset", [ars.reset_env, lambda env, seed: env.reset(seed=seed)], ids=["reset_env", "plain"])
+@pytest.mark.parametrize(
+    "reset", [ars.reset_env, lambda env, seed: env.reset(seed=seed)], ids=["reset_env", "plain"]
+)
 def test_a_bipedalwalker_episode_does_not_depend_on_the_episodes_before_it(reset):
     """Box2D's world outlives BipedalWalker's episodes: with a plain reset, some seeds (21 and 29
     here) give another episode on an environment that ran other episodes before."""
@@ -154,8 +173,18 @@ def test_a_bipedalwalker_episode_does_not_depend_on_the_episodes_before_it(reset
 
 
 def run(tmp_path, **kw):
-    kw = {"env": "Pendulum-v1", "iterations": 4, "n_directions": 4, "top_b": 2, "eval_every": 2,
-          "eval_episodes": 2, "workers": 1, "seed": 5, "out_dir": tmp_path, **kw}
+    kw = {
+        "env": "Pendulum-v1",
+        "iterations": 4,
+        "n_directions": 4,
+        "top_b": 2,
+        "eval_every": 2,
+        "eval_episodes": 2,
+        "workers": 1,
+        "seed": 5,
+        "out_dir": tmp_path,
+        **kw,
+    }
     return ars.train(config(**kw))
 
 
@@ -171,8 +200,16 @@ def test_same_seed_gives_identical_results_with_any_worker_count(tmp_path):
 @FORK_ONLY
 def test_bipedalwalker_runs_are_identical_with_any_worker_count(tmp_path):
     # With a plain env.reset these two runs differed (and so did two runs on 2 workers).
-    kw = dict(env="BipedalWalker-v3", iterations=3, n_directions=6, top_b=3, eval_every=3, eval_episodes=2,
-              episode_length=300, seed=1)
+    kw = dict(
+        env="BipedalWalker-v3",
+        iterations=3,
+        n_directions=6,
+        top_b=3,
+        eval_every=3,
+        eval_episodes=2,
+        episode_length=300,
+        seed=1,
+    )
     one, two = run(tmp_path / "a", workers=1, **kw), run(tmp_path / "b", workers=2, **kw)
     np.testing.assert_array_equal(one["M"], two["M"])
     assert one["env_steps"] == two["env_steps"]
@@ -192,7 +229,9 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
 def test_a_resumed_run_takes_its_workers_here_and_may_change_its_target(tmp_path, monkeypatch):
     part = run(tmp_path, iterations=1, target_return=50.0)
     cfg_path = os.path.join(part["run_dir"], "config.json")
-    json.dump({**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w"))  # saved on a larger machine
+    json.dump(
+        {**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w")
+    )  # saved on a larger machine
     seen = {}
     monkeypatch.setattr(ars, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
     ars.main(["--resume", part["run_dir"], "--iterations", "3"])
@@ -207,8 +246,10 @@ def assert_resumes_to(full: dict, run_dir: str):
     the same training and evaluation returns as full's."""
     resumed = ars.main(["--resume", run_dir, "--iterations", "6"])
     np.testing.assert_array_equal(full["M"], resumed["M"])
-    rows, full_rows = ([r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
-                       for d in (run_dir, full["run_dir"]))
+    rows, full_rows = (
+        [r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
+        for d in (run_dir, full["run_dir"])
+    )
     assert [r[0] for r in rows] == ["1", "2", "3", "4", "5", "6"]
     assert [(r[4], r[8]) for r in rows] == [(r[4], r[8]) for r in full_rows]
 
@@ -217,7 +258,9 @@ def test_resume_from_an_older_checkpoint_redoes_the_later_iterations(tmp_path):
     full = run(tmp_path / "full", iterations=6)
     half = run(tmp_path / "half", iterations=4, save_every=2)
     ck = os.path.join(half["run_dir"], "checkpoints")
-    shutil.copy(os.path.join(ck, "iter_000002.npz"), os.path.join(ck, "latest.npz"))  # as if killed at 3
+    shutil.copy(
+        os.path.join(ck, "iter_000002.npz"), os.path.join(ck, "latest.npz")
+    )  # as if killed at 3
     assert_resumes_to(full, half["run_dir"])
 
 
@@ -254,22 +297,30 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
     points = 0
-    for n, half in interrupted_runs(ars.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1,
-                                    also=(ars.Run.log, ars.evaluate, ars.save_checkpoint)):
+    for n, half in interrupted_runs(
+        ars.train,
+        lambda n: run(tmp_path / f"at{n}", **kw),
+        after=1,
+        also=(ars.Run.log, ars.evaluate, ars.save_checkpoint),
+    ):
         if half["status"] == "interrupted":
             half = ars.main(["--resume", half["run_dir"], "--iterations", "2"])
         assert half["status"] == full["status"], f"interrupted at line {n}"
         np.testing.assert_array_equal(full["M"], half["M"], err_msg=f"interrupted at line {n}")
-        rows, full_rows = ([r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
-                           for d in (half["run_dir"], full["run_dir"]))
-        assert [(r[0], r[4], r[8], r[-1]) for r in rows] == [(r[0], r[4], r[8], r[-1]) for r in full_rows], \
-            f"interrupted at line {n}"
+        rows, full_rows = (
+            [r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
+            for d in (half["run_dir"], full["run_dir"])
+        )
+        assert [(r[0], r[4], r[8], r[-1]) for r in rows] == [
+            (r[0], r[4], r[8], r[-1]) for r in full_rows
+        ], f"interrupted at line {n}"
         points = n
     assert points > 15  # every line of the second pass of the loop, and of the log and checkpoint
 
 
 class RecordingEnv(gym.Env):
     """Random observations; remembers every action it is given."""
+
     observation_space = gym.spaces.Box(-np.inf, np.inf, (3,))
     action_space = gym.spaces.Box(-0.5, 0.5, (2,))
 
@@ -286,13 +337,21 @@ class RecordingEnv(gym.Env):
 
 def test_rollout_acts_with_the_normalized_linear_policy_of_eq_2():
     env = RecordingEnv()
-    M, mu, inv_sigma = np.array([[0.3, -0.2, 0.1], [1.0, 0.5, -2.0]]), np.array([0.1, -1.0, 2.0]), np.array([2.0, 0.5, 1.0])
+    M, mu, inv_sigma = (
+        np.array([[0.3, -0.2, 0.1], [1.0, 0.5, -2.0]]),
+        np.array([0.1, -1.0, 2.0]),
+        np.array([2.0, 0.5, 1.0]),
+    )
     total, shaped, steps, stats = ars.rollout(env, M, mu, inv_sigma, env_seed=3, keep_obs=True)
     expected = [np.clip(M @ ((x - mu) * inv_sigma), -0.5, 0.5) for x in env.obs[:-1]]
     np.testing.assert_allclose(env.actions, expected)
-    assert 0 < np.abs(np.array(expected)).max() and (np.abs(np.array(expected)) == 0.5).any()  # clipping happened
+    assert (
+        np.abs(np.array(expected)).max() > 0 and (np.abs(np.array(expected)) == 0.5).any()
+    )  # clipping happened
     n, mean, m2 = stats
-    np.testing.assert_allclose(mean, np.mean(env.obs[:-1], axis=0))  # the final observation is never acted on
+    np.testing.assert_allclose(
+        mean, np.mean(env.obs[:-1], axis=0)
+    )  # the final observation is never acted on
     assert (total, shaped, steps, n) == (20.0, 20.0, 20, 20)
 
 
@@ -308,13 +367,30 @@ def test_raw_actions_are_sent_to_the_environment_unclipped():
 def test_raw_actions_in_training_evaluation_and_play(tmp_path):
     # MountainCarContinuous clamps the force but charges 0.1 a^2 on the action it is sent: one policy
     # whose actions leave [-1, 1] earns less with raw actions, on the very same course.
-    config_raw = dict(env="MountainCarContinuous-v0", episode_length=50, n_directions=2, top_b=1, eval_every=1,
-                      eval_episodes=2, iterations=2, alpha=50.0, nu=5.0)
-    params, setup = (0, np.array([[40.0, 40.0]]), np.zeros(2), np.ones(2), 5.0), config(**config_raw)
+    config_raw = dict(
+        env="MountainCarContinuous-v0",
+        episode_length=50,
+        n_directions=2,
+        top_b=1,
+        eval_every=1,
+        eval_episodes=2,
+        iterations=2,
+        alpha=50.0,
+        nu=5.0,
+    )
+    params, setup = (
+        (0, np.array([[40.0, 40.0]]), np.zeros(2), np.ones(2), 5.0),
+        config(**config_raw),
+    )
     env = ars.make_env(setup)  # episodes of 50 steps
     for kind in ("train", "eval"):
-        clipped, raw = (ars.job(env, config(**config_raw, actions=a), params, kind, 0)[1] for a in ("clipped", "raw"))
-        clipped, raw = (e[0] if kind == "train" else e for e in (clipped, raw))  # train: the + rollout
+        clipped, raw = (
+            ars.job(env, config(**config_raw, actions=a), params, kind, 0)[1]
+            for a in ("clipped", "raw")
+        )
+        clipped, raw = (
+            e[0] if kind == "train" else e for e in (clipped, raw)
+        )  # train: the + rollout
         assert raw[2] == clipped[2] == 50 and raw[0] < clipped[0] - 1.0
     run_dir = run(tmp_path, actions="raw", **config_raw)["run_dir"]
     path = os.path.join(run_dir, "config.json")
@@ -329,10 +405,19 @@ def test_raw_actions_in_training_evaluation_and_play(tmp_path):
 
 
 def test_a_resumed_run_keeps_its_saved_actions(tmp_path):
-    kw = dict(env="MountainCarContinuous-v0", episode_length=50, alpha=50.0, nu=5.0, n_directions=2, top_b=1)
+    kw = dict(
+        env="MountainCarContinuous-v0",
+        episode_length=50,
+        alpha=50.0,
+        nu=5.0,
+        n_directions=2,
+        top_b=1,
+    )
     raw_full = run(tmp_path / "raw_full", actions="raw", iterations=4, **kw)
     raw_half = run(tmp_path / "raw_half", actions="raw", iterations=2, **kw)
-    np.testing.assert_array_equal(raw_full["M"], ars.main(["--resume", raw_half["run_dir"], "--iterations", "4"])["M"])
+    np.testing.assert_array_equal(
+        raw_full["M"], ars.main(["--resume", raw_half["run_dir"], "--iterations", "4"])["M"]
+    )
     clipped_full = run(tmp_path / "clipped_full", iterations=4, **kw)
     assert not np.array_equal(raw_full["M"], clipped_full["M"])
     with pytest.raises(SystemExit):  # --actions cannot change a resumed run
@@ -344,7 +429,10 @@ def test_a_worker_sends_back_only_builtin_types():
     # no Episode (a class of a script run as __main__ would travel with its definition through Ray).
     args, env = config(env="Pendulum-v1"), gym.make("Pendulum-v1")
     params = (0, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-    train, evaluation = ars.job(env, args, params, "train", 0), ars.job(env, args, params, "eval", 0)
+    train, evaluation = (
+        ars.job(env, args, params, "train", 0),
+        ars.job(env, args, params, "eval", 0),
+    )
     assert only_builtin_types(train) and only_builtin_types(evaluation)
     assert train[1][0][2] == 200 and train[1][0][3][0] == 200  # (return, shaped, length, stats)
     assert evaluation[1][3] is None
@@ -352,6 +440,7 @@ def test_a_worker_sends_back_only_builtin_types():
 
 class SeedRecorder(gym.Env):
     """Records the seed of every reset, in this process."""
+
     observation_space, action_space = gym.spaces.Box(-1, 1, (1,)), gym.spaces.Box(-1, 1, (1,))
     seeds = []
 
@@ -373,12 +462,25 @@ def test_both_rollouts_of_a_pair_start_from_one_environment_seed():
     params = (0, np.zeros((1, 1)), np.zeros(1), np.ones(1), 0.05)
     ars.job(env, args, params, "train", 0), ars.job(env, args, params, "train", 1)
     first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
-    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], SeedRecorder.seeds
+    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], (
+        SeedRecorder.seeds
+    )
 
 
 def test_ars_raises_the_return_on_a_cheap_environment(tmp_path):
-    result = run(tmp_path, env="InvertedPendulum-v5", iterations=10, n_directions=8, top_b=4, alpha=0.5,
-                 nu=0.2, eval_every=10, eval_episodes=3, workers=2, seed=3)
+    result = run(
+        tmp_path,
+        env="InvertedPendulum-v5",
+        iterations=10,
+        n_directions=8,
+        top_b=4,
+        alpha=0.5,
+        nu=0.2,
+        eval_every=10,
+        eval_episodes=3,
+        workers=2,
+        seed=3,
+    )
     rows = open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
     first_mean, last_eval = float(rows[0].split(",")[4]), float(rows[-1].split(",")[8])
     assert first_mean < 50  # a zero policy falls within a few dozen steps
@@ -389,9 +491,18 @@ def test_the_generic_defaults_learn_lunar_lander(tmp_path):
     # No preset: GENERIC's alpha, nu, N and b (docs/ars.md, "Tasks with no preset: the generic
     # defaults"). With the old ones (nu 0.03, alpha 0.02, N 16, b 8) the best evaluation in 300
     # iterations was -64.
-    result = run(tmp_path, env="LunarLanderContinuous-v3", iterations=60, target_return=0, seed=0,
-                 workers=2, **{key: ars.GENERIC[key] for key in ("n_directions", "top_b", "eval_every",
-                                                                  "eval_episodes")})
+    result = run(
+        tmp_path,
+        env="LunarLanderContinuous-v3",
+        iterations=60,
+        target_return=0,
+        seed=0,
+        workers=2,
+        **{
+            key: ars.GENERIC[key]
+            for key in ("n_directions", "top_b", "eval_every", "eval_episodes")
+        },
+    )
     assert result["status"] == "target", result["iteration"]  # passes 0 at iteration 40 or so
 
 
@@ -405,6 +516,7 @@ def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path, monkeypatch):
 
     def lucky(pool, state, args, episodes):  # every screen passes, and no confirmation
         return evaluate(pool, state, args, episodes) + (1e9 if episodes.start == 0 else 0)
+
     monkeypatch.setattr(ars, "evaluate", lucky)
     never = run(tmp_path / "a", iterations=6, target_return=1e6, confirm_episodes=3)
     assert never["status"] == "done" and never["iteration"] == 6
@@ -419,8 +531,14 @@ def test_training_does_not_depend_on_evaluations(tmp_path):
     # What makes a stopping rule testable after the fact (docs/ars.md, "Why the screen is at 300"):
     # evaluations and confirmations play their own episodes and never touch the normalizer.
     rare = run(tmp_path / "a", iterations=6, eval_every=6)
-    often = run(tmp_path / "b", iterations=6, eval_every=1, eval_episodes=3, target_return=-0.001,
-                confirm_episodes=2)  # a confirmation whenever a screen passes (Pendulum: never)
+    often = run(
+        tmp_path / "b",
+        iterations=6,
+        eval_every=1,
+        eval_episodes=3,
+        target_return=-0.001,
+        confirm_episodes=2,
+    )  # a confirmation whenever a screen passes (Pendulum: never)
     assert often["status"] == "done"
     np.testing.assert_array_equal(rare["M"], often["M"])
     np.testing.assert_array_equal(rare["stats"][2], often["stats"][2])
@@ -430,21 +548,29 @@ def test_training_does_not_depend_on_evaluations(tmp_path):
 def test_a_checkpoint_replays_the_evaluation_its_run_logged(tmp_path):
     result = run(tmp_path, iterations=4, eval_every=2, eval_episodes=3, save_every=2)
     args = config(env="Pendulum-v1", n_directions=4, top_b=2, seed=5, workers=1)
-    rows = {int(r.split(",")[0]): r.split(",") for r in open(os.path.join(result["run_dir"], "progress.csv"))
-            .read().splitlines()[1:]}
+    rows = {
+        int(r.split(",")[0]): r.split(",")
+        for r in open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
+    }
     pool = ars.Workers(args)
     try:
         for it in (2, 4):
-            state = ars.load_checkpoint(os.path.join(result["run_dir"], "checkpoints", f"iter_{it:06d}.npz"), args)
+            state = ars.load_checkpoint(
+                os.path.join(result["run_dir"], "checkpoints", f"iter_{it:06d}.npz"), args
+            )
             replayed = ars.evaluate(pool, state, args, range(3))
             assert replayed.mean() == float(rows[it][8])
-            assert ars.evaluate(pool, dict(state, iteration=it - 1), args, range(3)).mean() != replayed.mean()
+            assert (
+                ars.evaluate(pool, dict(state, iteration=it - 1), args, range(3)).mean()
+                != replayed.mean()
+            )
     finally:
         pool.close()
 
 
 class NanEnv(gym.Env):
     """Observes 1; the reward is the action; once |a| > 0.3 the observation becomes NaN."""
+
     observation_space = gym.spaces.Box(-np.inf, np.inf, (1,))
     action_space = gym.spaces.Box(-10.0, 10.0, (1,))
 
@@ -467,6 +593,7 @@ class CrashEnv(NanEnv):
 class CrashLaterEnv(NanEnv):
     """Dies at the start of its 13th episode: with one worker and 2 directions (4 episodes an
     iteration), the first episode of iteration 4."""
+
     def reset(self, seed=None, options=None):
         self.episodes = getattr(self, "episodes", 0) + 1
         if self.episodes == 13:
@@ -476,6 +603,7 @@ class CrashLaterEnv(NanEnv):
 
 class NanRewardEnv(NanEnv):
     """Observes 1 always; the reward is the action, and NaN once |a| > 0.3."""
+
     def step(self, a):
         self.t += 1
         return np.ones(1), (np.nan if abs(a[0]) > 0.3 else float(a[0])), False, self.t >= 5, {}
@@ -488,10 +616,21 @@ gym.register("CrashLaterTest-v0", entry_point=CrashLaterEnv, max_episode_steps=1
 
 
 @FORK_ONLY
-@pytest.mark.parametrize("env_id", ["NanTest-v0", "NanRewardTest-v0"])  # NaN observations, NaN returns
+@pytest.mark.parametrize(
+    "env_id", ["NanTest-v0", "NanRewardTest-v0"]
+)  # NaN observations, NaN returns
 def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys, env_id):
-    result = run(tmp_path, env=env_id, iterations=50, n_directions=2, top_b=2, alpha=0.1,
-                 nu=0.01, version=1, save_every=1)
+    result = run(
+        tmp_path,
+        env=env_id,
+        iterations=50,
+        n_directions=2,
+        top_b=2,
+        alpha=0.1,
+        nu=0.01,
+        version=1,
+        save_every=1,
+    )
     assert result["status"] == "diverged" and 0 < result["iteration"] < 50
     assert "NaN or inf" in capsys.readouterr().err
     ck = np.load(os.path.join(result["run_dir"], "checkpoints", "latest.npz"), allow_pickle=False)
@@ -504,8 +643,10 @@ class Hang(Exception):
 
 def fail_after(seconds):
     """Turn a hang into a test failure: SIGALRM interrupts the wait."""
+
     def on_alarm(signum, frame):
         raise Hang(f"no answer within {seconds} s")
+
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(seconds)
 
@@ -528,15 +669,28 @@ def test_a_worker_killed_while_idle_is_a_dead_worker_not_a_broken_pipe():
         pool.procs[1].kill()  # between two iterations, as the kernel's OOM killer may do
         pool.procs[1].join()
         with pytest.raises(ars.WorkerDied, match="worker process died"):
-            pool.run((0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1), [("train", k) for k in range(4)])
+            pool.run(
+                (0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1),
+                [("train", k) for k in range(4)],
+            )
     finally:
         pool.close()
 
 
 @FORK_ONLY
 def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_path):
-    result = run(tmp_path, env="CrashLaterTest-v0", iterations=10, n_directions=2, top_b=1, version=1, nu=0.01,
-                 alpha=0.01, eval_every=100, save_every=100)
+    result = run(
+        tmp_path,
+        env="CrashLaterTest-v0",
+        iterations=10,
+        n_directions=2,
+        top_b=1,
+        version=1,
+        nu=0.01,
+        alpha=0.01,
+        eval_every=100,
+        save_every=100,
+    )
     assert result["status"] == "stopped: a worker process died"
     (run_dir,) = glob.glob(str(tmp_path / "CrashLaterTest-v0__ars__*"))
     ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False)
@@ -544,20 +698,44 @@ def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_pa
 
 
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "ars.py"), "--env", "Pendulum-v1",
-                             "--iterations", "100000", "--workers", "2", "--save-every", "1000",
-                             "--eval-every", "1", "--eval-episodes", "20",  # likely stopped mid-evaluation
-                             "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, "ars.py"),
+            "--env",
+            "Pendulum-v1",
+            "--iterations",
+            "100000",
+            "--workers",
+            "2",
+            "--save-every",
+            "1000",
+            "--eval-every",
+            "1",
+            "--eval-episodes",
+            "20",  # likely stopped mid-evaluation
+            "--out-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for line in proc.stdout:  # wait until a few iterations have run
         if line.startswith("it ") and int(line.split()[1]) >= 3:
             break
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (proc.returncode, err)
+    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (
+        proc.returncode,
+        err,
+    )
     run_dir = glob.glob(str(tmp_path / "*"))[0]
     args = config(env="Pendulum-v1")
-    state = ars.load_checkpoint(os.path.join(run_dir, "checkpoints", "latest.npz"), args)  # complete
+    state = ars.load_checkpoint(
+        os.path.join(run_dir, "checkpoints", "latest.npz"), args
+    )  # complete
     assert state["iteration"] >= 2 and state["wall_time"] > 0  # iteration 3 shown: 2 or 3 saved
     resumed = cli("--resume", run_dir, "--iterations", str(state["iteration"] + 1))
     assert resumed.returncode == 0, resumed.stderr
@@ -576,8 +754,24 @@ def test_help_lists_the_presets():
 
 
 def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
-    out = cli("--env", "Pendulum-v1", "--iterations", "3", "--n-directions", "2", "--top-b", "1",
-              "--eval-every", "1", "--eval-episodes", "1", "--workers", "2", "--out-dir", str(tmp_path))
+    out = cli(
+        "--env",
+        "Pendulum-v1",
+        "--iterations",
+        "3",
+        "--n-directions",
+        "2",
+        "--top-b",
+        "1",
+        "--eval-every",
+        "1",
+        "--eval-episodes",
+        "1",
+        "--workers",
+        "2",
+        "--out-dir",
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__ars__0__*"))
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
@@ -586,7 +780,9 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     assert header.split(",") == ars.COLUMNS and len(rows) == 3
     assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "latest.npz"))
-    assert out.stdout.count("\nit ") == 3 and "eval" in out.stdout  # one progress line per iteration
+    assert (
+        out.stdout.count("\nit ") == 3 and "eval" in out.stdout
+    )  # one progress line per iteration
     played = cli("--play", run_dir, "--episodes", "2", "--video")
     assert played.returncode == 0, played.stderr
     assert "mean return" in played.stdout
@@ -608,21 +804,28 @@ def bad(tmp_path, *argv):
     return refused(ars, tmp_path, *argv)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--env", "BipedalWalker-v9"], "It provides versioned environments: [ `v3` ]"),
-    (["--env", "BipedalWalke-v3"], "Did you mean: `BipedalWalker`?"),
-    (["--env", "CartPole-v1"], "ARS takes a flat Box of observations and Box actions"),
-    (["--env", "Pendulum-v1", "--n-directions", "4", "--top-b", "5"], "--top-b must be <= --n-directions 4"),
-    (["--env", "Pendulum-v1", "--alpha", "0"], "--alpha: must be > 0"),
-    (["--env", "Pendulum-v1", "--alpha", "inf"], "--alpha: must be > 0"),
-    (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu: must be > 0"),
-    (["--env", "Pendulum-v1", "--nu", "nan"], "--nu: must be > 0"),
-    (["--env", "Pendulum-v1", "--workers", "0"], "--workers: must be >= 1"),
-    (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid number value: 'abc'"),
-    (["--env", "Pendulum-v1", "--seed", "-1"], "--seed: must be >= 0"),
-    (["--env", "Pendulum-v1", "--actions", "none"], "invalid choice"),
-    (["--env", "Pendulum-v1", "--video"], "--video and --episodes go with --play"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", "BipedalWalker-v9"], "It provides versioned environments: [ `v3` ]"),
+        (["--env", "BipedalWalke-v3"], "Did you mean: `BipedalWalker`?"),
+        (["--env", "CartPole-v1"], "ARS takes a flat Box of observations and Box actions"),
+        (
+            ["--env", "Pendulum-v1", "--n-directions", "4", "--top-b", "5"],
+            "--top-b must be <= --n-directions 4",
+        ),
+        (["--env", "Pendulum-v1", "--alpha", "0"], "--alpha: must be > 0"),
+        (["--env", "Pendulum-v1", "--alpha", "inf"], "--alpha: must be > 0"),
+        (["--env", "Pendulum-v1", "--nu", "-0.1"], "--nu: must be > 0"),
+        (["--env", "Pendulum-v1", "--nu", "nan"], "--nu: must be > 0"),
+        (["--env", "Pendulum-v1", "--workers", "0"], "--workers: must be >= 1"),
+        (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid number value: 'abc'"),
+        (["--env", "Pendulum-v1", "--seed", "-1"], "--seed: must be >= 0"),
+        (["--env", "Pendulum-v1", "--actions", "none"], "invalid choice"),
+        (["--env", "Pendulum-v1", "--video"], "--video and --episodes go with --play"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_bad_flags(tmp_path, argv, message):
     assert message in bad(tmp_path, *argv)
 
@@ -634,7 +837,9 @@ def test_a_checkpoint_of_another_environment_than_its_run_directory_is_refused(t
     cfg_path = os.path.join(good["run_dir"], "config.json")
     cfg = json.load(open(cfg_path))
     json.dump({**cfg, "env": "MountainCarContinuous-v0"}, open(cfg_path, "w"))
-    assert "is for Pendulum-v1, not MountainCarContinuous-v0" in bad(tmp_path, "--play", good["run_dir"])
+    assert "is for Pendulum-v1, not MountainCarContinuous-v0" in bad(
+        tmp_path, "--play", good["run_dir"]
+    )
 
 
 def test_unwritable_output_folder(tmp_path):
@@ -654,16 +859,38 @@ def test_video_every_films_the_evaluation_policy_and_play_takes_a_checkpoint_fil
     videos = sorted(os.listdir(os.path.join(filmed["run_dir"], "video")))
     assert videos == ["iter_000002.gif", "iter_000004.gif"]
     assert open(os.path.join(filmed["run_dir"], "video", videos[0]), "rb").read(6) == b"GIF89a"
-    first = ars.main(["--play", os.path.join(plain["run_dir"], "checkpoints", "iter_000001.npz"), "--episodes", "2"])
+    first = ars.main(
+        [
+            "--play",
+            os.path.join(plain["run_dir"], "checkpoints", "iter_000001.npz"),
+            "--episodes",
+            "2",
+        ]
+    )
     last = ars.main(["--play", plain["run_dir"], "--episodes", "2"])
     assert not np.allclose(first, last)  # another policy, on the same two episodes
-    np.testing.assert_array_equal(last, ars.main(["--play", os.path.join(plain["run_dir"], "checkpoints",
-                                                                          "iter_000004.npz"), "--episodes", "2"]))
+    np.testing.assert_array_equal(
+        last,
+        ars.main(
+            [
+                "--play",
+                os.path.join(plain["run_dir"], "checkpoints", "iter_000004.npz"),
+                "--episodes",
+                "2",
+            ]
+        ),
+    )
 
 
 def test_a_run_that_misses_its_target_says_so_with_its_best_evaluation(tmp_path, capsys):
     result = run(tmp_path, iterations=4, target_return=1e9)
     assert result["status"] == "done"
-    best = max(float(r.split(",")[8]) for r in open(os.path.join(result["run_dir"], "progress.csv"))
-               .read().splitlines()[1:] if r.split(",")[8] != "nan")
-    assert f"the target 1000000000.0 was not reached: the best evaluation was {best:.1f}" in capsys.readouterr().out
+    best = max(
+        float(r.split(",")[8])
+        for r in open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
+        if r.split(",")[8] != "nan"
+    )
+    assert (
+        f"the target 1000000000.0 was not reached: the best evaluation was {best:.1f}"
+        in capsys.readouterr().out
+    )

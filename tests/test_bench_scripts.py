@@ -1,12 +1,12 @@
 """The benchmark scripts of docs/bench/ refuse bad input as the training scripts do: one line on
 stderr naming the script, exit status 2, nothing on stdout and nothing run."""
+
 import os
 import subprocess
 import sys
 import time
 
 import pytest
-
 from conftest import ROOT
 
 BENCH = os.path.join(ROOT, "docs", "bench")
@@ -21,19 +21,36 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("script, argv, says", CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in CASES])
+@pytest.mark.parametrize(
+    "script, argv, says", CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in CASES]
+)
 def test_bad_input_is_one_line(script, argv, says, tmp_path):
-    out = subprocess.run([sys.executable, os.path.join(BENCH, script), *argv], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCH, script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{script}: error:"), out.stderr
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{script}: error:"), (
+        out.stderr
+    )
     assert says in lines[0] and out.stdout == "" and os.listdir(tmp_path) == []
 
 
 def test_es_openai_memory_help_prints_and_runs_nothing(tmp_path):
     t0 = time.time()
-    out = subprocess.run([sys.executable, os.path.join(BENCH, "es_openai_memory.py"), "--help"], capture_output=True,
-                         text=True, timeout=60, cwd=tmp_path)
-    assert out.returncode == 0 and "Everything after -- goes to es_openai.py" in out.stdout and out.stderr == ""
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "es_openai_memory.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert (
+        out.returncode == 0
+        and "Everything after -- goes to es_openai.py" in out.stdout
+        and out.stderr == ""
+    )
     assert time.time() - t0 < 10  # no es_openai.py run, no 1 GB table
-

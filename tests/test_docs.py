@@ -1,6 +1,7 @@
 """The docs' cross-references: every relative link and image in README.md and docs/ resolves, with its
 #anchor, and every section that the code, tests, scripts and docs cite by name, as (docs/X.md, "Name"),
 or as "Name" in docs/X.md, exists in that page as a heading or a bold paragraph lead."""
+
 import os
 import re
 import subprocess
@@ -14,10 +15,14 @@ LATEX = {r"$\nu$": "ν", r"$\sigma$": "σ", r"$\alpha$": "α"}
 def tracked(*suffixes) -> list:
     """The repository's files with these endings (git's list when there is one; the kept runs' data aside)."""
     try:
-        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
         files = out.split()
     except (OSError, subprocess.CalledProcessError):
-        files = [os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(ROOT) for f in fs]
+        files = [
+            os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(ROOT) for f in fs
+        ]
     return [f for f in files if f.endswith(suffixes) and not f.startswith("runs/")]
 
 
@@ -56,13 +61,21 @@ def sections(path: str) -> set:
 
 
 def anchors(path: str) -> set:
-    return {slug(m.group(1)) for line in outside_code_blocks(open(path, encoding="utf-8").read())
-            for m in [re.match(r"#+ (.*)", line)] if m}
+    return {
+        slug(m.group(1))
+        for line in outside_code_blocks(open(path, encoding="utf-8").read())
+        for m in [re.match(r"#+ (.*)", line)]
+        if m
+    }
 
 
 def links(path: str) -> list:
     text = "\n".join(outside_code_blocks(open(path, encoding="utf-8").read()))
-    return [m.group(1) for m in re.finditer(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:", m.group(1))]
+    return [
+        m.group(1)
+        for m in re.finditer(r"\]\(([^)\s]+)\)", text)
+        if not re.match(r"[a-z]+:", m.group(1))
+    ]
 
 
 def citations(path: str) -> list:
@@ -70,15 +83,18 @@ def citations(path: str) -> list:
     and line breaks joined."""
     text = open(os.path.join(ROOT, path), encoding="utf-8").read()
     text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)
-    return (re.findall(r"(docs/[\w/]+\.md), \"([^\"]+)\"", text)
-            + [(page, name) for name, page in re.findall(r"\"([^\"]+)\" in `?(docs/[\w/]+\.md)", text)])
+    return re.findall(r"(docs/[\w/]+\.md), \"([^\"]+)\"", text) + [
+        (page, name) for name, page in re.findall(r"\"([^\"]+)\" in `?(docs/[\w/]+\.md)", text)
+    ]
 
 
 def cites(page: str, name: str) -> bool:
     """Whether page has a section of that name, or whose name begins with it ("The Table 3 anchors" for
     "The Table 3 anchors: steps to TRPO's score")."""
     path = os.path.join(ROOT, page)
-    return os.path.exists(path) and any(section.startswith(plain(name)) for section in sections(path))
+    return os.path.exists(path) and any(
+        section.startswith(plain(name)) for section in sections(path)
+    )
 
 
 def test_links_and_anchors_resolve():
@@ -96,15 +112,23 @@ def test_links_and_anchors_resolve():
 
 
 def test_sections_cited_by_name_exist():
-    cited = [(f, page, name) for f in tracked(".py", ".sh", ".md") if f != "tests/test_docs.py"  # its own examples
-             for page, name in citations(f)]
-    assert len(cited) >= 10  # the scripts cite their pages this way; finding none would mean the pattern broke
-    missing = [f"{f}: ({page}, \"{name}\")" for f, page, name in cited if not cites(page, name)]
+    cited = [
+        (f, page, name)
+        for f in tracked(".py", ".sh", ".md")
+        if f != "tests/test_docs.py"  # its own examples
+        for page, name in citations(f)
+    ]
+    assert (
+        len(cited) >= 10
+    )  # the scripts cite their pages this way; finding none would mean the pattern broke
+    missing = [f'{f}: ({page}, "{name}")' for f, page, name in cited if not cites(page, name)]
     assert not missing, "\n".join(missing)
 
 
-@pytest.mark.parametrize("text, ok", [("**Why the screen is at 300.** Whether", True),
-                                      ("Why the screen is at 300. Whether", False)])
+@pytest.mark.parametrize(
+    "text, ok",
+    [("**Why the screen is at 300.** Whether", True), ("Why the screen is at 300. Whether", False)],
+)
 def test_a_citation_needs_a_heading_or_a_bold_lead(tmp_path, text, ok):
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n" + text + "\n", encoding="utf-8")
@@ -112,14 +136,24 @@ def test_a_citation_needs_a_heading_or_a_bold_lead(tmp_path, text, ok):
 
 
 def test_anchors_follow_github():
-    assert slug("Episodes to the paper's thresholds (MuJoCo v5)") == "episodes-to-the-papers-thresholds-mujoco-v5"
+    assert (
+        slug("Episodes to the paper's thresholds (MuJoCo v5)")
+        == "episodes-to-the-papers-thresholds-mujoco-v5"
+    )
     assert slug("BipedalWalker-v3, the default command") == "bipedalwalker-v3-the-default-command"
 
 
 def test_the_readmes_line_counts_are_the_files():
     """The scripts table gives each script's length, as `wc -l` counts it."""
-    rows = re.findall(r"^\| `(\w+\.py)` \| (\d+) \|", open(os.path.join(ROOT, "README.md")).read(), re.M)
-    assert {name for name, _ in rows} == {"ars.py", "es_basic.py", "es_openai.py", "nes_exercise.py"}
+    rows = re.findall(
+        r"^\| `(\w+\.py)` \| (\d+) \|", open(os.path.join(ROOT, "README.md")).read(), re.M
+    )
+    assert {name for name, _ in rows} == {
+        "ars.py",
+        "es_basic.py",
+        "es_openai.py",
+        "nes_exercise.py",
+    }
     for name, count in rows:
         assert int(count) == open(os.path.join(ROOT, name)).read().count("\n"), name
 
@@ -129,12 +163,18 @@ def test_the_readme_is_short_and_starts_with_the_commands():
     lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
     assert len(lines) <= 120
     first = "\n".join(lines[:40])
-    for command in ("pip install -r requirements.txt", "python ars.py --env BipedalWalker-v3", "python -m pytest"):
+    for command in (
+        "pip install -r requirements.txt",
+        "python ars.py --env BipedalWalker-v3",
+        "python -m pytest",
+    ):
         assert command in first, command
 
 
-@pytest.mark.parametrize("page, budget", [("es_basic.md", 300), ("ars.md", 450), ("es_openai.md", 600),
-                                          ("nes_exercise.md", 250)])
+@pytest.mark.parametrize(
+    "page, budget",
+    [("es_basic.md", 300), ("ars.md", 450), ("es_openai.md", 600), ("nes_exercise.md", 250)],
+)
 def test_each_docs_page_keeps_its_budget(page, budget):
     assert open(os.path.join(ROOT, "docs", page)).read().count("\n") <= budget
 
@@ -142,10 +182,16 @@ def test_each_docs_page_keeps_its_budget(page, budget):
 def test_the_tree_stays_small():
     """The tracked files without .git under 5 MB, each GIF at most 2 MB (the run directories and the
     benchmark diary live in git's history, docs/results/ holds the runs as data)."""
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
     if not files:
         pytest.skip("not a git checkout")
-    sizes = {f: os.path.getsize(os.path.join(ROOT, f)) for f in files if os.path.exists(os.path.join(ROOT, f))}
+    sizes = {
+        f: os.path.getsize(os.path.join(ROOT, f))
+        for f in files
+        if os.path.exists(os.path.join(ROOT, f))
+    }
     assert sum(sizes.values()) < 5e6
     assert all(size <= 2e6 for f, size in sizes.items() if f.endswith(".gif"))
 
@@ -154,11 +200,15 @@ def test_every_bench_script_is_cited_and_feeds_docs_results():
     """docs/bench/ holds only the scripts behind a published figure or table: each is named in the
     README or a docs page, and reads or appends docs/results/ (replay.py is the throughput scripts'
     shared module)."""
-    pages = "".join(open(os.path.join(ROOT, f)).read() for f in tracked(".md") if not f.startswith("tests/"))
+    pages = "".join(
+        open(os.path.join(ROOT, f)).read() for f in tracked(".md") if not f.startswith("tests/")
+    )
     bench = os.path.join(ROOT, "docs", "bench")
     for name in sorted(os.listdir(bench)):
         if not name.endswith((".py", ".sh")) or name == "replay.py":
             continue
         text = open(os.path.join(bench, name)).read()
         assert f"docs/bench/{name}" in pages, f"{name} is cited nowhere"
-        assert "docs/results" in text or re.search(r"from (results_csv|replay) import|results_csv\.py", text), name
+        assert "docs/results" in text or re.search(
+            r"from (results_csv|replay) import|results_csv\.py", text
+        ), name

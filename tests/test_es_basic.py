@@ -1,4 +1,5 @@
 """Tests of es_basic.py: the math, the behaviour of a run, the command line and its bad inputs."""
+
 import contextlib
 import glob
 import json
@@ -11,14 +12,20 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import ROOT, refused
 
 import es_basic as es
-from conftest import ROOT, refused
 
 
 def cli(*argv, timeout=240, **popen):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "es_basic.py"), *argv], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, **popen)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "es_basic.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        **popen,
+    )
 
 
 def config(*flags, **kw):
@@ -73,9 +80,13 @@ def test_centered_ranks_span_minus_half_to_half_and_sum_to_zero():
 
 def test_equal_returns_share_their_rank():
     r = es.centered_ranks(np.array([5.0, 1.0, 5.0, 3.0]))
-    np.testing.assert_allclose(r, [1 / 3, -0.5, 1 / 3, -1 / 6])  # ranks 2.5, 0, 2.5, 1 over 3, minus 0.5
+    np.testing.assert_allclose(
+        r, [1 / 3, -0.5, 1 / 3, -1 / 6]
+    )  # ranks 2.5, 0, 2.5, 1 over 3, minus 0.5
     eps = np.ones((1, 3))
-    np.testing.assert_array_equal(es.es_gradient(eps, es.centered_ranks(np.array([9.0, 9.0])), 0.1, True), 0.0)
+    np.testing.assert_array_equal(
+        es.es_gradient(eps, es.centered_ranks(np.array([9.0, 9.0])), 0.1, True), 0.0
+    )
 
 
 def test_fitness_shaping_options():
@@ -91,15 +102,19 @@ def test_an_update_computed_by_hand():
     eps, F, sigma = np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([0.5, -0.5, -1 / 6, 1 / 6]), 0.1
     by_hand = ((0.5 - -0.5) * eps[0] + (-1 / 6 - 1 / 6) * eps[1]) / (4 * sigma)
     np.testing.assert_allclose(es.es_gradient(eps, F, sigma, True), by_hand)
-    np.testing.assert_allclose(es.es_gradient(np.vstack([eps, eps]), F, sigma, False),
-                               (F[:2] @ eps + F[2:] @ eps) / (4 * sigma))
+    np.testing.assert_allclose(
+        es.es_gradient(np.vstack([eps, eps]), F, sigma, False),
+        (F[:2] @ eps + F[2:] @ eps) / (4 * sigma),
+    )
 
 
 def test_mirrored_gradient_equals_the_plain_formula_over_the_signed_population():
     rng = np.random.default_rng(2)
     eps, F = rng.normal(size=(3, 4)), rng.normal(size=6)
     signed = np.repeat(eps, 2, axis=0) * np.array([1, -1, 1, -1, 1, -1])[:, None]
-    np.testing.assert_allclose(es.es_gradient(eps, F, 0.1, True), es.es_gradient(signed, F, 0.1, False))
+    np.testing.assert_allclose(
+        es.es_gradient(eps, F, 0.1, True), es.es_gradient(signed, F, 0.1, False)
+    )
 
 
 def test_es_drives_a_quadratic_to_its_optimum():
@@ -107,7 +122,9 @@ def test_es_drives_a_quadratic_to_its_optimum():
     start = np.linalg.norm(theta - C)
     for _ in range(300):
         eps = rng.standard_normal((10, 10))
-        F = es.centered_ranks(quadratic(theta + 0.1 * np.repeat(eps, 2, axis=0) * np.tile([1.0, -1.0], 10)[:, None]))
+        F = es.centered_ranks(
+            quadratic(theta + 0.1 * np.repeat(eps, 2, axis=0) * np.tile([1.0, -1.0], 10)[:, None])
+        )
         theta = theta + 0.1 * es.es_gradient(eps, F, 0.1, True)
     assert np.linalg.norm(theta - C) < 0.05 * start
 
@@ -126,22 +143,38 @@ def test_policy_maps_flat_parameters_to_actions():
     assert np.shares_memory(W1, theta)  # views, not copies
     box = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
     squash = es.unflatten(np.array([1e6, -1e6, 0.0, 0.0]), [1, 2])  # y = (1e6, -1e6) obs
-    np.testing.assert_allclose(es.act(squash, np.ones(1), "tanh", box), [2.0, 0.0])  # tanh onto [low, high]
-    np.testing.assert_allclose(es.act(squash, np.zeros(1), "tanh", box), [0.0, 0.5])  # y = 0: the middle
-    assert es.act(squash, np.array([0.5]), "tanh", gym.spaces.Discrete(2)) == 0  # argmax of the logits
+    np.testing.assert_allclose(
+        es.act(squash, np.ones(1), "tanh", box), [2.0, 0.0]
+    )  # tanh onto [low, high]
+    np.testing.assert_allclose(
+        es.act(squash, np.zeros(1), "tanh", box), [0.0, 0.5]
+    )  # y = 0: the middle
+    assert (
+        es.act(squash, np.array([0.5]), "tanh", gym.spaces.Discrete(2)) == 0
+    )  # argmax of the logits
     assert es.act(squash, np.array([-0.5]), "tanh", gym.spaces.Discrete(2)) == 1
     hidden = es.unflatten(np.array([-1.0, 0.0, 1.0, 0.5]), [1, 1, 1])  # h = f(-obs), y = h + 0.5
     line = gym.spaces.Box(-10.0, 10.0, (1,))
     np.testing.assert_allclose(es.act(hidden, np.array([2.0]), "relu", line), 10 * np.tanh(0.5))
-    np.testing.assert_allclose(es.act(hidden, np.array([2.0]), "tanh", line), 10 * np.tanh(np.tanh(-2.0) + 0.5))
+    np.testing.assert_allclose(
+        es.act(hidden, np.array([2.0]), "tanh", line), 10 * np.tanh(np.tanh(-2.0) + 0.5)
+    )
 
 
 # ---------------------------------------------------------------- behaviour of a run
 
 
 def run(tmp_path, *flags, **kw):
-    kw = {"env": "CartPole-v1", "iterations": 4, "population": 10, "eval_every": 2, "eval_episodes": 3,
-          "seed": 4, "out_dir": tmp_path, **kw}
+    kw = {
+        "env": "CartPole-v1",
+        "iterations": 4,
+        "population": 10,
+        "eval_every": 2,
+        "eval_episodes": 3,
+        "seed": 4,
+        "out_dir": tmp_path,
+        **kw,
+    }
     return es.train(config(*flags, **kw))
 
 
@@ -156,8 +189,9 @@ def test_workers_give_the_same_numbers_as_serial(tmp_path):
     serial, parallel = run(tmp_path / "a", workers=1), run(tmp_path / "b", workers=3)
     np.testing.assert_array_equal(serial["theta"], parallel["theta"])
     timing = ("wall_time_s", "steps_per_s")
-    assert [{k: v for k, v in r.items() if k not in timing} for r in rows(serial["run_dir"])] == \
-           [{k: v for k, v in r.items() if k not in timing} for r in rows(parallel["run_dir"])]
+    assert [{k: v for k, v in r.items() if k not in timing} for r in rows(serial["run_dir"])] == [
+        {k: v for k, v in r.items() if k not in timing} for r in rows(parallel["run_dir"])
+    ]
     assert not np.allclose(serial["theta"], run(tmp_path / "c", seed=5)["theta"])
 
 
@@ -166,23 +200,29 @@ def test_the_log_holds_the_returns_of_the_population_and_its_elite(tmp_path):
     (members whose return beats the population's mean)."""
     result = run(tmp_path, iterations=1, population=8)
     args = config(env="CartPole-v1", population=8, seed=4)
-    R, lengths = np.array([es.member_episode(args, np.zeros(result["theta"].size), 0, j) for j in range(8)]).T
+    R, lengths = np.array(
+        [es.member_episode(args, np.zeros(result["theta"].size), 0, j) for j in range(8)]
+    ).T
     (row,) = rows(result["run_dir"])
     assert float(row["return_mean"]) == R.mean() and float(row["return_max"]) == R.max()
     assert int(row["env_steps"]) == lengths.sum() and int(row["episodes"]) == 8
-    assert int(row["elite"]) == (R > R.mean()).sum() and 0 < int(row["elite"]) < 8
+    assert int(row["elite"]) == (R.mean() < R).sum() and 0 < int(row["elite"]) < 8
 
 
 def test_members_are_theta_plus_and_minus_sigma_eps(monkeypatch):
     played = []
-    monkeypatch.setattr(es, "rollout", lambda env, theta, args, seeds, frames=None: played.append(theta) or (0.0, 1))
+    monkeypatch.setattr(
+        es, "rollout", lambda env, theta, args, seeds, frames=None: played.append(theta) or (0.0, 1)
+    )
     monkeypatch.setattr(es, "env_of", lambda env_id: None)
     args = es.build_parser().parse_args(["--sigma", "0.5", "--seed", "2"])
     theta, eps = np.ones(3), [es.sample_eps(2, 7, i, 3) for i in range(2)]
     for j in range(4):
         es.member_episode(args, theta, 7, j)
-    np.testing.assert_array_equal(played, [theta + 0.5 * eps[0], theta - 0.5 * eps[0],
-                                           theta + 0.5 * eps[1], theta - 0.5 * eps[1]])
+    np.testing.assert_array_equal(
+        played,
+        [theta + 0.5 * eps[0], theta - 0.5 * eps[0], theta + 0.5 * eps[1], theta - 0.5 * eps[1]],
+    )
     played.clear()
     args.mirror = False
     for j in range(2):
@@ -211,26 +251,37 @@ def test_mirroring_and_fitness_options_change_the_update(tmp_path):
         thetas[" ".join(flags)] = result["theta"]
     names = list(thetas)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not np.allclose(thetas[a], thetas[b]), (a, b)
 
 
 def test_weight_decay_and_linear_policies_on_continuous_actions(tmp_path):
     plain = run(tmp_path / "a", env="Pendulum-v1", iterations=2, population=4, hidden="")
-    decayed = run(tmp_path / "b", "--weight-decay", "0.5", env="Pendulum-v1", iterations=2, population=4, hidden="")
+    decayed = run(
+        tmp_path / "b",
+        "--weight-decay",
+        "0.5",
+        env="Pendulum-v1",
+        iterations=2,
+        population=4,
+        hidden="",
+    )
     assert plain["theta"].size == (3 + 1) * 1 and plain["env_steps"] == 8 * 200
     assert not np.allclose(plain["theta"], decayed["theta"])
 
 
 def test_both_members_of_a_mirrored_pair_start_from_one_environment_seed():
     from test_ars import SeedRecorder  # records every reset's seed
+
     SeedRecorder.seeds.clear()
     args = es.build_parser().parse_args([])
     args.sizes, args.mirror, args.sigma, args.env = [1, 2], True, 0.1, "SeedRecorder-v0"
     for j in range(4):  # the pairs +/- eps_0 and +/- eps_1
         es.member_episode(args, np.zeros(4), 0, j)
     first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
-    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], SeedRecorder.seeds
+    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], (
+        SeedRecorder.seeds
+    )
     assert first[0] == int(es.stream(args.seed, es.ENV, 0, 0).integers(2**31))
     SeedRecorder.seeds.clear()
     es.eval_episode(args, np.zeros(4), 3, 1)  # evaluations on streams of their own
@@ -247,6 +298,7 @@ def test_an_interrupted_run_keeps_what_it_logged(tmp_path, monkeypatch):
         if t == 4:
             raise KeyboardInterrupt
         return evaluation(args, theta, t, k)
+
     monkeypatch.setattr(es, "eval_episode", interrupted)
     half = run(tmp_path / "half", iterations=6, eval_every=4)
     assert half["status"] == "interrupted" and half["iteration"] == 3
@@ -259,7 +311,18 @@ def test_an_interrupted_run_keeps_what_it_logged(tmp_path, monkeypatch):
 
 def test_a_diverged_run_stops_and_keeps_the_last_good_policy(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
-        es.main(["--alpha", "1e308", "--fitness", "none", "--iterations", "3", "--out-dir", str(tmp_path)])
+        es.main(
+            [
+                "--alpha",
+                "1e308",
+                "--fitness",
+                "none",
+                "--iterations",
+                "3",
+                "--out-dir",
+                str(tmp_path),
+            ]
+        )
     assert stop.value.code == 1 and "diverged after iteration 0" in capsys.readouterr().err
     (run_dir,) = glob.glob(str(tmp_path / "*"))
     with np.load(os.path.join(run_dir, "policy.npz"), allow_pickle=False) as f:
@@ -270,16 +333,39 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_policy(tmp_path, capsys):
 
 
 def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
-    out = cli("--iterations", "3", "--population", "6", "--eval-every", "1", "--eval-episodes", "2",
-              "--workers", "2", "--out-dir", str(tmp_path))
+    out = cli(
+        "--iterations",
+        "3",
+        "--population",
+        "6",
+        "--eval-every",
+        "1",
+        "--eval-episodes",
+        "2",
+        "--workers",
+        "2",
+        "--out-dir",
+        str(tmp_path),
+    )
     assert out.returncode == 0 and out.stderr == "", out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1__es_basic__0__*"))
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
     assert cfg["sigma"] == es.PRESETS["CartPole-v1"]["sigma"] and cfg["population"] == 6
     assert cfg["script"] == "es_basic.py" and cfg["numpy"] == np.__version__
     header = open(os.path.join(run_dir, "progress.csv")).readline().strip().split(",")
-    assert header[:11] == ["iteration", "episodes", "env_steps", "wall_time_s", "return_mean", "return_std",
-                           "return_min", "return_max", "eval_return_mean", "eval_return_std", "steps_per_s"]
+    assert header[:11] == [
+        "iteration",
+        "episodes",
+        "env_steps",
+        "wall_time_s",
+        "return_mean",
+        "return_std",
+        "return_min",
+        "return_max",
+        "eval_return_mean",
+        "eval_return_std",
+        "steps_per_s",
+    ]
     assert header[-1] == "elite" and len(rows(run_dir)) == 3
     assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
     assert out.stdout.count("\nit ") == 3 and "ETA" in out.stdout
@@ -291,7 +377,12 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
 
 def test_help_names_the_papers_symbols():
     out = cli("--help")
-    assert out.returncode == 0 and "σ" in out.stdout and "α" in out.stdout and "--no-mirror" in out.stdout
+    assert (
+        out.returncode == 0
+        and "σ" in out.stdout
+        and "α" in out.stdout
+        and "--no-mirror" in out.stdout
+    )
 
 
 class MultiBinaryEnv(gym.Env):
@@ -302,22 +393,26 @@ class MultiBinaryEnv(gym.Env):
 gym.register("MultiBinaryTest-v0", entry_point=MultiBinaryEnv, max_episode_steps=10)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--env", "CartPole-v7"], "It provides versioned environments: [ `v0`, `v1` ]"),
-    (["--env", "CartPol-v1"], "Did you mean: `CartPole`?"),
-    (["--env", "MultiBinaryTest-v0"], "Discrete or bounded Box actions"),
-    (["--env", "Blackjack-v1"], "takes Box observations"),
-    (["--sigma", "0"], "--sigma: must be > 0"),
-    (["--sigma", "nan"], "--sigma: must be > 0"),
-    (["--alpha", "-1"], "--alpha: must be > 0"),
-    (["--population", "1", "--no-mirror"], "--population: must be >= 2"),
-    (["--population", "7"], "must be even with mirrored sampling"),
-    (["--hidden", "16,x"], "--hidden: invalid sizes value"),
-    (["--hidden", "16,0"], "--hidden: must be >= 1"),
-    (["--workers", "0"], "--workers: must be >= 1"),
-    (["--seed", "-3"], "--seed: must be >= 0"),
-    (["--play", "/nonexistent/run"], "there is no file '/nonexistent/run/policy.npz'"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--env", "CartPole-v7"], "It provides versioned environments: [ `v0`, `v1` ]"),
+        (["--env", "CartPol-v1"], "Did you mean: `CartPole`?"),
+        (["--env", "MultiBinaryTest-v0"], "Discrete or bounded Box actions"),
+        (["--env", "Blackjack-v1"], "takes Box observations"),
+        (["--sigma", "0"], "--sigma: must be > 0"),
+        (["--sigma", "nan"], "--sigma: must be > 0"),
+        (["--alpha", "-1"], "--alpha: must be > 0"),
+        (["--population", "1", "--no-mirror"], "--population: must be >= 2"),
+        (["--population", "7"], "must be even with mirrored sampling"),
+        (["--hidden", "16,x"], "--hidden: invalid sizes value"),
+        (["--hidden", "16,0"], "--hidden: must be >= 1"),
+        (["--workers", "0"], "--workers: must be >= 1"),
+        (["--seed", "-3"], "--seed: must be >= 0"),
+        (["--play", "/nonexistent/run"], "there is no file '/nonexistent/run/policy.npz'"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, argv, message):
     assert message in refused(es, tmp_path, *argv)
 
@@ -335,21 +430,40 @@ def test_a_policy_plays_on_its_own_environment_and_layers(tmp_path):
     done = run(tmp_path, env="Pendulum-v1", iterations=1, population=4, hidden="3")
     with np.load(os.path.join(done["run_dir"], "policy.npz"), allow_pickle=False) as f:
         assert str(f["env"]) == "Pendulum-v1" and list(f["sizes"]) == [3, 3, 1]
-    R = es.main(["--play", done["run_dir"], "--env", "CartPole-v1", "--hidden", "64,64", "--episodes", "2"])
+    R = es.main(
+        ["--play", done["run_dir"], "--env", "CartPole-v1", "--hidden", "64,64", "--episodes", "2"]
+    )
     assert len(R) == 2 and (R < 0).all()  # Pendulum's returns are negative; CartPole's positive
 
 
 def test_a_killed_worker_ends_the_run_with_one_line_and_keeps_its_files(tmp_path):
     """A worker killed mid-run (out of memory, kill -9): one line, exit status 1, no traceback
     from any process, and the run directory keeps its log, the last logged policy and the plot."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_basic.py"), "--iterations", "100000",
-                             "--target-return", "1e9", "--workers", "2", "--out-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, "es_basic.py"),
+            "--iterations",
+            "100000",
+            "--target-return",
+            "1e9",
+            "--workers",
+            "2",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         for line in proc.stdout:
             if line.startswith("it ") and int(line.split()[1]) >= 3:
                 break
-        workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        workers = subprocess.run(
+            ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
+        ).stdout.split()
         os.kill(int(workers[0]), signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -367,18 +481,39 @@ def test_a_killed_worker_ends_the_run_with_one_line_and_keeps_its_files(tmp_path
 def test_ctrl_c_stops_the_workers_and_keeps_the_log(tmp_path):
     """Ctrl-C in a terminal reaches the whole process group: the workers ignore it, the master
     ends the run with its log, policy.npz and plot, exit status 130, and no process is left."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_basic.py"), "--iterations", "100000",
-                             "--target-return", "1e9", "--workers", "2", "--out-dir", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, "es_basic.py"),
+            "--iterations",
+            "100000",
+            "--target-return",
+            "1e9",
+            "--workers",
+            "2",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for line in proc.stdout:
         if line.startswith("it ") and int(line.split()[1]) >= 3:
             break
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted after iteration" in err and "Traceback" not in err, err
+    assert (
+        proc.returncode == 130 and "interrupted after iteration" in err and "Traceback" not in err
+    ), err
     (run_dir,) = glob.glob(str(tmp_path / "*"))
     with np.load(os.path.join(run_dir, "policy.npz"), allow_pickle=False) as f:
         assert int(f["iteration"]) == len(rows(run_dir)) >= 3
     time.sleep(0.5)
-    assert subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.strip() == ""
-
+    assert (
+        subprocess.run(
+            ["pgrep", "-s", str(proc.pid)], capture_output=True, text=True
+        ).stdout.strip()
+        == ""
+    )

@@ -1,5 +1,6 @@
 """Tests of es_openai.py: the math by hand, the policy, the noise table and the workers, a run's
 behaviour, every option combination, the command line and every bad input."""
+
 import glob
 import itertools
 import json
@@ -11,17 +12,24 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
-
-import es_openai as eo
 from conftest import interrupted_runs, only_builtin_types, refused
 
+import es_openai as eo
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FORK_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the workers are forked")
+FORK_ONLY = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the workers are forked"
+)
 
 
 def cli(*argv, timeout=240):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "es_openai.py"), *argv], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "es_openai.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def config(**kw):
@@ -32,8 +40,16 @@ def config(**kw):
     return eo.configure(eo.build_parser().parse_args(argv))
 
 
-TINY = dict(env="CartPole-v1", iterations=3, population=6, hidden="8", eval_every=1, eval_episodes=2,
-            noise_size=100_000, workers=1)
+TINY = dict(
+    env="CartPole-v1",
+    iterations=3,
+    population=6,
+    hidden="8",
+    eval_every=1,
+    eval_episodes=2,
+    noise_size=100_000,
+    workers=1,
+)
 
 
 def run(tmp_path, **kw):
@@ -42,30 +58,45 @@ def run(tmp_path, **kw):
 
 def csv_rows(run_dir):
     import csv
+
     with open(os.path.join(run_dir, "progress.csv")) as f:
         return list(csv.DictReader(f))
 
 
 def policy(args, thetas, ob_mean, ob_std, ob_clip=True):
-    return eo.Policy(thetas, args.sizes, args.activation, args.act, args.ac_bins, ob_mean, ob_std, ob_clip)
+    return eo.Policy(
+        thetas, args.sizes, args.activation, args.act, args.ac_bins, ob_mean, ob_std, ob_clip
+    )
 
 
 def task(args, theta, std=1.0):
-    return dict(theta=theta, ob_mean=np.zeros(args.sizes[0]), ob_std=np.full(args.sizes[0], std), ob_clip=True)
+    return dict(
+        theta=theta,
+        ob_mean=np.zeros(args.sizes[0]),
+        ob_std=np.full(args.sizes[0], std),
+        ob_clip=True,
+    )
 
 
 # ---------------------------------------------------------------- the math
 
 
 def test_centered_ranks_and_sign_shaping_by_hand():
-    np.testing.assert_allclose(eo.centered_ranks(np.array([3.0, 1.0, 2.0, 10.0, -4.0])),
-                               [0.25, -0.25, 0.0, 0.5, -0.5])
-    np.testing.assert_allclose(eo.centered_ranks(np.array([1.0, 1.0, 3.0])), [-0.25, -0.25, 0.5])  # ties share
+    np.testing.assert_allclose(
+        eo.centered_ranks(np.array([3.0, 1.0, 2.0, 10.0, -4.0])), [0.25, -0.25, 0.0, 0.5, -0.5]
+    )
+    np.testing.assert_allclose(
+        eo.centered_ranks(np.array([1.0, 1.0, 3.0])), [-0.25, -0.25, 0.5]
+    )  # ties share
     returns = np.array([[5.0, 1.0], [2.0, 7.0]])
     signs = np.array([[0.0, 4.0], [3.0, -2.0]])  # ranked in another order than the returns
-    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "centered_rank"), [[1 / 6, -0.5], [-1 / 6, 0.5]])
+    np.testing.assert_allclose(
+        eo.shape_fitness(returns, signs, "centered_rank"), [[1 / 6, -0.5], [-1 / 6, 0.5]]
+    )
     np.testing.assert_allclose(eo.shape_fitness(returns, signs, "sign"), signs)
-    np.testing.assert_allclose(eo.shape_fitness(returns, signs, "centered_sign_rank"), [[-1 / 6, 0.5], [1 / 6, -0.5]])
+    np.testing.assert_allclose(
+        eo.shape_fitness(returns, signs, "centered_sign_rank"), [[-1 / 6, 0.5], [1 / 6, -0.5]]
+    )
     np.testing.assert_allclose(eo.shape_fitness(returns, signs, "none"), returns)
 
 
@@ -83,27 +114,39 @@ def test_an_episode_counts_its_return_the_signs_of_its_rewards_and_its_observati
             return np.full(1, float(self.t)), self.rewards[self.t - 1], False, self.t == 5, {}
 
     env = Steps()
-    one = eo.Policy([np.zeros(2, np.float32)], [1, 1], "tanh", env.action_space, 0, np.zeros(1), np.ones(1))
+    one = eo.Policy(
+        [np.zeros(2, np.float32)], [1, 1], "tanh", env.action_space, 0, np.zeros(1), np.ones(1)
+    )
     (episode,), t_policy, t_env = eo.rollouts([env], one, [0], keep_obs=[True])
     total, signs, steps, (ob_sum, ob_sumsq) = episode
     assert (total, signs, steps) == (5.5, 2.0, 5) and t_policy > 0 and t_env > 0
-    np.testing.assert_array_equal([ob_sum, ob_sumsq], [[0 + 1 + 2 + 3 + 4], [0 + 1 + 4 + 9 + 16]])  # not the last
+    np.testing.assert_array_equal(
+        [ob_sum, ob_sumsq], [[0 + 1 + 2 + 3 + 4], [0 + 1 + 4 + 9 + 16]]
+    )  # not the last
 
 
 def test_batched_weighted_sum_and_the_gradient_equal_a_plain_loop():
     rng = np.random.default_rng(0)
     table = rng.standard_normal(1000).astype(np.float32)
     idx, w, dim = rng.integers(0, 1000 - 37, 23), rng.standard_normal(23), 37
-    loop = sum(w[i] * table[idx[i]:idx[i] + dim] for i in range(23))
-    np.testing.assert_allclose(eo.batched_weighted_sum(w, idx, table, dim, batch_size=5), loop, rtol=1e-5, atol=1e-5)
+    loop = sum(w[i] * table[idx[i] : idx[i] + dim] for i in range(23))
+    np.testing.assert_allclose(
+        eo.batched_weighted_sum(w, idx, table, dim, batch_size=5), loop, rtol=1e-5, atol=1e-5
+    )
     F = np.array([[0.5, -0.5], [0.0, 0.25]])  # mirrored: w = F+ - F-, over n = 4 episodes
-    np.testing.assert_allclose(eo.es_gradient(F, idx[:2], table, dim),
-                               (1.0 * table[idx[0]:idx[0] + dim] - 0.25 * table[idx[1]:idx[1] + dim]) / 4,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        eo.es_gradient(F, idx[:2], table, dim),
+        (1.0 * table[idx[0] : idx[0] + dim] - 0.25 * table[idx[1] : idx[1] + dim]) / 4,
+        rtol=1e-5,
+        atol=1e-6,
+    )
     single = np.array([[0.5], [-0.25]])  # no mirroring: w = F, over n = 2 episodes
-    np.testing.assert_allclose(eo.es_gradient(single, idx[:2], table, dim),
-                               (0.5 * table[idx[0]:idx[0] + dim] - 0.25 * table[idx[1]:idx[1] + dim]) / 2,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        eo.es_gradient(single, idx[:2], table, dim),
+        (0.5 * table[idx[0] : idx[0] + dim] - 0.25 * table[idx[1] : idx[1] + dim]) / 2,
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def state_of(theta):
@@ -111,38 +154,66 @@ def state_of(theta):
 
 
 def test_adam_sgd_and_plain_steps_by_hand():
-    theta, g1, g2 = np.zeros(2, np.float32), np.array([1.0, -2.0], np.float32), np.array([0.5, 0.5], np.float32)
+    theta, g1, g2 = (
+        np.zeros(2, np.float32),
+        np.array([1.0, -2.0], np.float32),
+        np.array([0.5, 0.5], np.float32),
+    )
     args = config(env="Pendulum-v1", alpha=0.1, beta1=0.9, beta2=0.999, l2coeff=0, noise_size=10**5)
-    s1 = eo.update(state_of(theta), -g1, args)  # the optimizer minimizes -g: its gradient here is g1
-    np.testing.assert_allclose(s1["theta"], [-0.1, 0.1], rtol=1e-5)  # first Adam step: -alpha sign(grad)
+    s1 = eo.update(
+        state_of(theta), -g1, args
+    )  # the optimizer minimizes -g: its gradient here is g1
+    np.testing.assert_allclose(
+        s1["theta"], [-0.1, 0.1], rtol=1e-5
+    )  # first Adam step: -alpha sign(grad)
     s2 = eo.update(s1, -g2, args)
-    m, v = 0.9 * 0.1 * g1 + 0.1 * g2, 0.999 * 0.001 * g1 ** 2 + 0.001 * g2 ** 2
-    a = 0.1 * np.sqrt(1 - 0.999 ** 2) / (1 - 0.9 ** 2)
+    m, v = 0.9 * 0.1 * g1 + 0.1 * g2, 0.999 * 0.001 * g1**2 + 0.001 * g2**2
+    a = 0.1 * np.sqrt(1 - 0.999**2) / (1 - 0.9**2)
     np.testing.assert_allclose(s2["theta"] - s1["theta"], -a * m / (np.sqrt(v) + 1e-8), rtol=1e-5)
     assert s2["opt_t"] == 2
-    args = config(env="Pendulum-v1", optimizer="sgd", alpha=0.1, momentum=0.9, l2coeff=0, noise_size=10**5)
+    args = config(
+        env="Pendulum-v1", optimizer="sgd", alpha=0.1, momentum=0.9, l2coeff=0, noise_size=10**5
+    )
     s1 = eo.update(state_of(theta), -g1, args)
     np.testing.assert_allclose(s1["theta"], -0.1 * 0.1 * g1, rtol=1e-6)
-    np.testing.assert_allclose(eo.update(s1, -g2, args)["theta"] - s1["theta"], -0.1 * (0.9 * 0.1 * g1 + 0.1 * g2),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        eo.update(s1, -g2, args)["theta"] - s1["theta"],
+        -0.1 * (0.9 * 0.1 * g1 + 0.1 * g2),
+        rtol=1e-6,
+    )
 
 
 def test_weight_decay_and_the_plain_step_divided_by_sigma():
     theta, g = np.array([1.0, -1.0], np.float32), np.array([0.2, 0.4], np.float32)
-    args = config(env="Pendulum-v1", optimizer="plain", alpha=0.1, sigma=0.5, l2coeff=0.01, noise_size=10**5)
-    np.testing.assert_allclose(eo.update(state_of(theta), g, args)["theta"], theta - 0.1 * (-g / 0.5 + 0.01 * theta),
-                               rtol=1e-6)
-    args = config(env="Pendulum-v1", optimizer="sgd", alpha=0.1, sigma=0.5, l2coeff=0.01, momentum=0.0,
-                  noise_size=10**5)
-    np.testing.assert_allclose(eo.update(state_of(theta), g, args)["theta"], theta - 0.1 * (-g + 0.01 * theta),
-                               rtol=1e-6)
+    args = config(
+        env="Pendulum-v1", optimizer="plain", alpha=0.1, sigma=0.5, l2coeff=0.01, noise_size=10**5
+    )
+    np.testing.assert_allclose(
+        eo.update(state_of(theta), g, args)["theta"],
+        theta - 0.1 * (-g / 0.5 + 0.01 * theta),
+        rtol=1e-6,
+    )
+    args = config(
+        env="Pendulum-v1",
+        optimizer="sgd",
+        alpha=0.1,
+        sigma=0.5,
+        l2coeff=0.01,
+        momentum=0.0,
+        noise_size=10**5,
+    )
+    np.testing.assert_allclose(
+        eo.update(state_of(theta), g, args)["theta"], theta - 0.1 * (-g + 0.01 * theta), rtol=1e-6
+    )
 
 
 def test_normc_columns_have_norm_one_and_the_output_layer_one_hundredth():
     sizes = [5, 16, 16, 3]
     layers = eo.unflatten(eo.normc_init(sizes, np.random.default_rng(0)), sizes)
     for j, (W, b) in enumerate(layers):
-        np.testing.assert_allclose(np.linalg.norm(W, axis=0), 0.01 if j == len(layers) - 1 else 1.0, rtol=1e-5)
+        np.testing.assert_allclose(
+            np.linalg.norm(W, axis=0), 0.01 if j == len(layers) - 1 else 1.0, rtol=1e-5
+        )
         assert not b.any()
 
 
@@ -150,8 +221,11 @@ def test_observation_statistics_give_mean_and_std_with_the_floor():
     x = np.random.default_rng(0).normal([1.0, 5.0], [2.0, 0.01], size=(20000, 2))
     state = dict(ob_sum=np.zeros(2), ob_sumsq=np.full(2, 1e-2), ob_count=1e-2)
     for part in np.array_split(x, 3):  # sums add up across workers
-        state = dict(ob_sum=state["ob_sum"] + part.sum(0), ob_sumsq=state["ob_sumsq"] + np.square(part).sum(0),
-                     ob_count=state["ob_count"] + len(part))
+        state = dict(
+            ob_sum=state["ob_sum"] + part.sum(0),
+            ob_sumsq=state["ob_sumsq"] + np.square(part).sum(0),
+            ob_count=state["ob_count"] + len(part),
+        )
     mean, std = eo.ob_mean_std(state)
     np.testing.assert_allclose(mean, x.mean(0), rtol=1e-3)
     np.testing.assert_allclose(std, [x.std(0)[0], 0.1], rtol=1e-2)  # 0.01 is floored to 0.1
@@ -164,44 +238,83 @@ def test_the_policy_normalizes_clips_and_maps_bins_to_bounds():
     b = eo.unflatten(theta, sizes)[0][1]
     b[:] = [5, 0, 0, 0, 0, 5]  # dimension 0 -> bin 0 (low), dimension 1 -> bin 2 (high)
     act = lambda noise=None: eo.Policy([theta], sizes, "tanh", space, 3, np.zeros(3), np.ones(3))(  # noqa: E731
-        [np.zeros(3)], noise)
+        [np.zeros(3)], noise
+    )
     np.testing.assert_allclose(act(), [[-1.0, 2.0]])
     b[:] = [0, 5, 0, 0, 5, 0]  # middle bins: the middle of the bounds
     np.testing.assert_allclose(act(), [[0.0, 0.0]])
-    np.testing.assert_allclose(act(np.array([[5.0, -0.5]])), [[1.0, -0.5]])  # noise, then clipped to the bounds
+    np.testing.assert_allclose(
+        act(np.array([[5.0, -0.5]])), [[1.0, -0.5]]
+    )  # noise, then clipped to the bounds
     theta2 = np.zeros(8, np.float32)
     eo.unflatten(theta2, [3, 2])[0][0][0, 0] = 0.1
     cont = eo.Policy([theta2], [3, 2], "tanh", space, 0, np.full(3, 2.0), np.full(3, 0.5))
     # (o - mean) / std clipped to [-5, 5] before the layer, then 0.1 * 5
     np.testing.assert_allclose(cont([np.array([100.0, 0, 0])]), [[0.5, 0.0]], rtol=1e-6)
     raw = eo.Policy([theta2], [3, 2], "tanh", space, 0, np.zeros(3), np.ones(3), ob_clip=False)
-    np.testing.assert_allclose(raw([np.array([9.0, 0, 0])]), [[0.9, 0.0]], rtol=1e-6)  # --no-obs-norm: not clipped
+    np.testing.assert_allclose(
+        raw([np.array([9.0, 0, 0])]), [[0.9, 0.0]], rtol=1e-6
+    )  # --no-obs-norm: not clipped
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu", "lrelu", "elu"])
-@pytest.mark.parametrize("space, bins", [
-    (gym.spaces.Box(np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)), 0),
-    (gym.spaces.Box(np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)), 4),
-    (gym.spaces.Discrete(5), 0)], ids=["continuous", "bins", "discrete"])
+@pytest.mark.parametrize(
+    "space, bins",
+    [
+        (
+            gym.spaces.Box(
+                np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)
+            ),
+            0,
+        ),
+        (
+            gym.spaces.Box(
+                np.array([-1.0, -2.0, 0.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)
+            ),
+            4,
+        ),
+        (gym.spaces.Discrete(5), 0),
+    ],
+    ids=["continuous", "bins", "discrete"],
+)
 def test_a_row_of_the_batched_policy_does_not_depend_on_the_rows_beside_it(activation, space, bins):
     rng = np.random.default_rng(0)
     sizes = eo.layer_sizes(7, [16, 16], space, bins)
-    thetas = [rng.standard_normal(sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))).astype(np.float32)
-              for _ in range(6)]
+    thetas = [
+        rng.standard_normal(sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:]))).astype(
+            np.float32
+        )
+        for _ in range(6)
+    ]
     ob_mean, ob_std = rng.standard_normal(7), rng.uniform(0.5, 2.0, 7)
     spec = (sizes, activation, space, bins, ob_mean, ob_std)
-    batch, pairs = eo.Policy(thetas, *spec), [eo.Policy(thetas[i:i + 2], *spec) for i in (0, 2, 4)]
+    batch, pairs = (
+        eo.Policy(thetas, *spec),
+        [eo.Policy(thetas[i : i + 2], *spec) for i in (0, 2, 4)],
+    )
     singles = [eo.Policy([t], *spec) for t in thetas]
     for _ in range(20):
-        obs = [4 * rng.standard_normal(7) for _ in range(6)]  # often past the clip at +-5 once normalized
+        obs = [
+            4 * rng.standard_normal(7) for _ in range(6)
+        ]  # often past the clip at +-5 once normalized
         noise = None if bins or hasattr(space, "n") else 0.3 * rng.standard_normal((6, 3))
         together = np.reshape(batch(obs, noise), (6, -1))
-        by_pair = np.concatenate([np.reshape(p(obs[i:i + 2], None if noise is None else noise[i:i + 2]), (2, -1))
-                                  for p, i in zip(pairs, (0, 2, 4))])
+        by_pair = np.concatenate(
+            [
+                np.reshape(p(obs[i : i + 2], None if noise is None else noise[i : i + 2]), (2, -1))
+                for p, i in zip(pairs, (0, 2, 4))
+            ]
+        )
         np.testing.assert_array_equal(together, by_pair)  # --lockstep cannot change a run
-        one_by_one = np.concatenate([np.reshape(p([o], None if noise is None else noise[i:i + 1]), (1, -1))
-                                     for i, (p, o) in enumerate(zip(singles, obs))])
-        np.testing.assert_allclose(together, one_by_one, rtol=1e-12, atol=1e-15)  # B = 1: vector products
+        one_by_one = np.concatenate(
+            [
+                np.reshape(p([o], None if noise is None else noise[i : i + 1]), (1, -1))
+                for i, (p, o) in enumerate(zip(singles, obs))
+            ]
+        )
+        np.testing.assert_allclose(
+            together, one_by_one, rtol=1e-12, atol=1e-15
+        )  # B = 1: vector products
 
 
 def test_elu_is_a_real_elu_and_lrelu_leaks():
@@ -215,10 +328,14 @@ def test_elu_is_a_real_elu_and_lrelu_leaks():
 # ---------------------------------------------------------------- the jobs a worker runs
 
 
-@pytest.mark.parametrize("env_id, extra", [("CartPole-v1", {}), ("Pendulum-v1", {"ac_noise_std": 0.3}),
-                                           ("Pendulum-v1", {"ac_bins": 5})])
+@pytest.mark.parametrize(
+    "env_id, extra",
+    [("CartPole-v1", {}), ("Pendulum-v1", {"ac_noise_std": 0.3}), ("Pendulum-v1", {"ac_bins": 5})],
+)
 def test_a_pair_job_is_its_two_episodes_and_the_same_stepped_with_others(env_id, extra):
-    args = config(**{**TINY, "env": env_id, "sigma": 0.5, "calc_obstat_prob": 0.5, "eval_prob": 0.25, **extra})
+    args = config(
+        **{**TINY, "env": env_id, "sigma": 0.5, "calc_obstat_prob": 0.5, "eval_prob": 0.25, **extra}
+    )
     table = eo.noise_table(100_000, 123)
     theta = eo.normc_init(args.sizes, np.random.default_rng(1))
     t = task(args, theta, 0.5)
@@ -226,32 +343,48 @@ def test_a_pair_job_is_its_two_episodes_and_the_same_stepped_with_others(env_id,
     together = eo.run_jobs([eo.make_env(env_id)], args, table, t, jobs)
     assert only_builtin_types(together) and [k for k, _ in together] == [job[2] for job in jobs]
     kinds = [r[0] for _, r in together]
-    assert "noiseless" in kinds and kinds.count("pair") >= 4 and len(together[-1][1]) == 2  # eval: (R, L)
-    assert any(r[5] is not None for _, r in together if r[0] == "pair")  # some pairs recorded observations
+    assert (
+        "noiseless" in kinds and kinds.count("pair") >= 4 and len(together[-1][1]) == 2
+    )  # eval: (R, L)
+    assert any(
+        r[5] is not None for _, r in together if r[0] == "pair"
+    )  # some pairs recorded observations
     for job, (k, result) in zip(jobs, together):
         alone = eo.run_jobs([eo.make_env(env_id)], args, table, t, [job])[0][1]
         for a, b in zip(result[:-1] if result[0] == "pair" else result, alone):  # the timers aside
             np.testing.assert_array_equal(a, b)
         if result[0] != "pair":
             continue
-        rng = eo.stream(args.seed, eo.TRAIN, 3, k)  # the job's stream, drawn in the documented order
+        rng = eo.stream(
+            args.seed, eo.TRAIN, 3, k
+        )  # the job's stream, drawn in the documented order
         assert rng.random() >= args.eval_prob
         env_seed, idx = int(rng.integers(2**31)), int(rng.integers(0, len(table) - theta.size + 1))
-        keep, eps = bool(rng.random() < args.calc_obstat_prob), table[idx:idx + theta.size]
+        keep, eps = bool(rng.random() < args.calc_obstat_prob), table[idx : idx + theta.size]
         assert result[1] == idx and (result[5] is not None) == keep
-        for sign, R in zip((1.0, -1.0), result[2]):  # each episode of the pair on its own; noise: only rows
-            (episode,), _, _ = eo.rollouts([eo.make_env(env_id)], policy(args, [theta + sign * 0.5 * eps], t["ob_mean"],
-                                                                          t["ob_std"]), [env_seed])
+        for sign, R in zip(
+            (1.0, -1.0), result[2]
+        ):  # each episode of the pair on its own; noise: only rows
+            (episode,), _, _ = eo.rollouts(
+                [eo.make_env(env_id)],
+                policy(args, [theta + sign * 0.5 * eps], t["ob_mean"], t["ob_std"]),
+                [env_seed],
+            )
             if not args.ac_noise_std:
                 assert episode[0] == R
 
 
 def test_action_noise_is_for_the_population_episodes_only():
-    args, quiet = (config(**{**TINY, "env": "Pendulum-v1", "eval_prob": 0.25, "ac_noise_std": s}) for s in (0.3, 0.0))
+    args, quiet = (
+        config(**{**TINY, "env": "Pendulum-v1", "eval_prob": 0.25, "ac_noise_std": s})
+        for s in (0.3, 0.0)
+    )
     table = eo.noise_table(100_000, 123)
     t = task(args, eo.normc_init(args.sizes, np.random.default_rng(1)))
     jobs = [("train", 0, k) for k in range(8)] + [("eval", 0, 0)]
-    noisy, plain = (eo.run_jobs([eo.make_env("Pendulum-v1")], a, table, t, jobs) for a in (args, quiet))
+    noisy, plain = (
+        eo.run_jobs([eo.make_env("Pendulum-v1")], a, table, t, jobs) for a in (args, quiet)
+    )
     for (_, r), (_, q) in zip(noisy, plain):
         same = r[2] == q[2] if r[0] == "pair" else r == q
         assert same == (r[0] != "pair"), r  # evaluations and noiseless episodes: the same bits
@@ -263,17 +396,23 @@ def test_action_noise_is_for_the_population_episodes_only():
 @FORK_ONLY
 def test_the_noise_table_is_one_shared_copy():
     table = eo.noise_table(1000, 123)
-    np.testing.assert_array_equal(table, np.random.default_rng(123).standard_normal(1000, dtype=np.float32))
+    np.testing.assert_array_equal(
+        table, np.random.default_rng(123).standard_normal(1000, dtype=np.float32)
+    )
     args = config(**{**TINY, "workers": 2, "sigma": 0.5, "lockstep": 1})
     table = eo.noise_table(100_000, 123)
     pool = eo.Workers(args, table)
     t = task(args, eo.normc_init(args.sizes, np.random.default_rng(1)))
     try:
         before = pool.run(t, eo.Generation(config(**{**TINY, "population": 12}), 0))
-        assert any(r[2][0] != r[2][1] for r in before.values())  # theta + sigma eps and theta - sigma eps differ
+        assert any(
+            r[2][0] != r[2][1] for r in before.values()
+        )  # theta + sigma eps and theta - sigma eps differ
         table[:] = 0.0  # written by the master after the workers started: eps = 0 for every pair
         after = pool.run(t, eo.Generation(config(**{**TINY, "population": 12}), 1))
-        assert all(r[2][0] == r[2][1] for r in after.values())  # a copy would still hold the old numbers
+        assert all(
+            r[2][0] == r[2][1] for r in after.values()
+        )  # a copy would still hold the old numbers
     finally:
         pool.close()
 
@@ -298,9 +437,13 @@ def test_results_of_an_older_task_are_dropped_and_counted():
     t = task(args, np.zeros(len(eo.normc_init(args.sizes, np.random.default_rng(0))), np.float32))
     try:
         first = pool.run(t, Jobs([("train", 0, 0), ("train", 0, 1)]))  # closes at its first result
-        for key in range(1, 100):  # the other pair comes back under the old task: dropped wherever it arrives
+        for key in range(
+            1, 100
+        ):  # the other pair comes back under the old task: dropped wherever it arrives
             results = pool.run(t, eo.Evaluation(key, 1))
-            assert list(results) == [0] and len(results[0]) == 2  # only the new task's (return, length)
+            assert (
+                list(results) == [0] and len(results[0]) == 2
+            )  # only the new task's (return, length)
             if not sum(pool.load):
                 break
         assert len(first) + pool.stale == 2 and sum(pool.load) == 0
@@ -310,7 +453,10 @@ def test_results_of_an_older_task_are_dropped_and_counted():
 
 def test_a_generation_closes_at_the_shortest_finished_prefix():
     gen = eo.Generation(config(**{**TINY, "population": 4}), 0)
-    assert gen.next_jobs({}, 4, 1) == [("train", 0, 0), ("train", 0, 1)]  # 2 pairs = 4 episodes, no more
+    assert gen.next_jobs({}, 4, 1) == [
+        ("train", 0, 0),
+        ("train", 0, 1),
+    ]  # 2 pairs = 4 episodes, no more
     assert gen.next_jobs({}, 4, 1) == []
     pair = ("pair", 0, [1.0, 2.0], [0.0, 0.0], [10, 10], None, None, {})
     assert not gen.done({1: pair})  # job 0 is not back: the prefix is not finished
@@ -324,14 +470,20 @@ def test_a_generation_closes_at_the_shortest_finished_prefix():
     gen.next_jobs({}, 1, 1), gen.next_jobs({}, 1, 1)
     assert gen.done({0: pair, 1: pair}) and gen.closed_at == 1  # job 1 finished but is skipped
     gen = eo.Generation(config(**{**TINY, "population": 40}), 0)
-    sizes = [len(gen.next_jobs({}, 4, 2)) for _ in range(7)]  # 20 pairs over 2 workers, 4 at most a message
-    assert sizes == [4, 4, 4, 4, 2, 1, 1] and sum(sizes) == 20  # the last ones shared, not left to one worker
+    sizes = [
+        len(gen.next_jobs({}, 4, 2)) for _ in range(7)
+    ]  # 20 pairs over 2 workers, 4 at most a message
+    assert (
+        sizes == [4, 4, 4, 4, 2, 1, 1] and sum(sizes) == 20
+    )  # the last ones shared, not left to one worker
 
 
 @FORK_ONLY
 def test_skipped_and_stale_results_are_counted_in_the_log(tmp_path):
     # --min-timesteps makes the master hand out pairs it may not need: those past the prefix are skipped
-    rows = csv_rows(run(tmp_path, workers=2, population=2, min_timesteps=300, iterations=4)["run_dir"])
+    rows = csv_rows(
+        run(tmp_path, workers=2, population=2, min_timesteps=300, iterations=4)["run_dir"]
+    )
     assert any(float(r["skipped_frac"]) > 0 for r in rows)
     assert all(int(r["timesteps_this_gen"]) >= 300 for r in rows)
 
@@ -354,7 +506,10 @@ def test_same_seed_gives_identical_results_with_any_worker_count_and_lockstep(tm
 def test_bipedalwalker_runs_are_identical_with_any_worker_count_and_lockstep(tmp_path):
     # With a plain env.reset, which environment object played which episode before changed the run.
     kw = dict(env="BipedalWalker-v3", population=8, episode_length=300, eval_every=3, seed=2)
-    one, two = run(tmp_path / "one", workers=1, lockstep=1, **kw), run(tmp_path / "two", workers=2, lockstep=3, **kw)
+    one, two = (
+        run(tmp_path / "one", workers=1, lockstep=1, **kw),
+        run(tmp_path / "two", workers=2, lockstep=3, **kw),
+    )
     np.testing.assert_array_equal(one["theta"], two["theta"])
     assert one["env_steps"] == two["env_steps"]
 
@@ -363,10 +518,22 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     full = run(tmp_path / "full", iterations=6, calc_obstat_prob=0.5)
     half = run(tmp_path / "half", iterations=3, calc_obstat_prob=0.5)
     resumed = eo.main(["--resume", half["run_dir"], "--iterations", "6", "--workers", "1"])
-    for key in ("theta", "ob_sum", "ob_sumsq", "ob_count", "opt_m", "opt_v", "opt_t", "episodes", "env_steps"):
+    for key in (
+        "theta",
+        "ob_sum",
+        "ob_sumsq",
+        "ob_count",
+        "opt_m",
+        "opt_v",
+        "opt_t",
+        "episodes",
+        "env_steps",
+    ):
         np.testing.assert_array_equal(full[key], resumed[key])
-    strip = lambda rows: [{k: v for k, v in r.items() if "time" not in k and k != "steps_per_s"}  # noqa: E731
-                          for r in rows]
+    strip = lambda rows: [
+        {k: v for k, v in r.items() if "time" not in k and k != "steps_per_s"}  # noqa: E731
+        for r in rows
+    ]
     assert strip(csv_rows(full["run_dir"])) == strip(csv_rows(half["run_dir"]))
 
 
@@ -374,8 +541,15 @@ def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_
     # A stop while generation 4 is evaluated leaves generation 3 to resume from, which redoes 4.
     full = run(tmp_path / "full", iterations=6, eval_every=2)
     evaluate = eo.evaluate
-    monkeypatch.setattr(eo, "evaluate", lambda pool, state, *a: (_ for _ in ()).throw(KeyboardInterrupt)
-                        if state["iteration"] == 4 else evaluate(pool, state, *a))
+    monkeypatch.setattr(
+        eo,
+        "evaluate",
+        lambda pool, state, *a: (
+            (_ for _ in ()).throw(KeyboardInterrupt)
+            if state["iteration"] == 4
+            else evaluate(pool, state, *a)
+        ),
+    )
     half = run(tmp_path / "half", iterations=6, eval_every=2)
     assert half["status"] == "interrupted" and half["iteration"] == 3
     monkeypatch.setattr(eo, "evaluate", evaluate)
@@ -391,19 +565,34 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     # Ctrl-C or SIGTERM can come between any two lines of a generation (the update, the evaluation,
     # the log row, the checkpoint); from each, --resume must give the same run. With a target
     # (reached at generation 2), a stop after generation 2 is logged ends the run there.
-    kw = dict(iterations=2, eval_every=2, save_every=2, **({} if target is None else {"target_return": target}))
+    kw = dict(
+        iterations=2,
+        eval_every=2,
+        save_every=2,
+        **({} if target is None else {"target_return": target}),
+    )
     monkeypatch.setattr(eo, "plot", lambda *a: (np.nan, 0))  # fast: many runs, each resumed
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
     points = 0
-    for n, half in interrupted_runs(eo.train, lambda n: run(tmp_path / f"at{n}", **kw), after=1,
-                                    also=(eo.Run.log, eo.save_checkpoint, eo.evaluate, eo.es_generation)):
+    for n, half in interrupted_runs(
+        eo.train,
+        lambda n: run(tmp_path / f"at{n}", **kw),
+        after=1,
+        also=(eo.Run.log, eo.save_checkpoint, eo.evaluate, eo.es_generation),
+    ):
         if half["status"] == "interrupted":
             half = eo.main(["--resume", half["run_dir"], "--iterations", "2"])
         assert half["status"] == full["status"], f"interrupted at line {n}"
-        np.testing.assert_array_equal(full["theta"], half["theta"], err_msg=f"interrupted at line {n}")
-        pick = lambda rows: [(r["iteration"], r["return_mean"], r["eval_return_mean"]) for r in rows]  # noqa: E731
-        assert pick(csv_rows(half["run_dir"])) == pick(csv_rows(full["run_dir"])), f"interrupted at line {n}"
+        np.testing.assert_array_equal(
+            full["theta"], half["theta"], err_msg=f"interrupted at line {n}"
+        )
+        pick = lambda rows: [
+            (r["iteration"], r["return_mean"], r["eval_return_mean"]) for r in rows
+        ]  # noqa: E731
+        assert pick(csv_rows(half["run_dir"])) == pick(csv_rows(full["run_dir"])), (
+            f"interrupted at line {n}"
+        )
         points = n
     assert points > 30  # every line of the second pass of the loop and of what it calls
 
@@ -411,7 +600,9 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
 def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):
     rows = csv_rows(run(tmp_path, iterations=3, population=10, eval_prob=0.5)["run_dir"])
     counts = [int(r["noiseless_count"]) for r in rows]
-    assert sum(counts) > 0 and all(float(r["noiseless_return_mean"]) > 0 for r, c in zip(rows, counts) if c)
+    assert sum(counts) > 0 and all(
+        float(r["noiseless_return_mean"]) > 0 for r, c in zip(rows, counts) if c
+    )
     assert all(r["noiseless_return_mean"] == "nan" for r, c in zip(rows, counts) if not c)
     # noiseless episodes come on top of the population: 10 training episodes in every generation
     assert all(int(r["episodes_this_gen"]) - int(r["noiseless_count"]) == 10 for r in rows)
@@ -419,17 +610,29 @@ def test_eval_prob_runs_noiseless_episodes_and_logs_them(tmp_path):
 
 
 def test_es_learns_cartpole_within_a_tiny_budget(tmp_path):
-    result = run(tmp_path, iterations=15, population=20, hidden="16", sigma=0.05, alpha=0.03, eval_every=15,
-                 eval_episodes=10)
+    result = run(
+        tmp_path,
+        iterations=15,
+        population=20,
+        hidden="16",
+        sigma=0.05,
+        alpha=0.03,
+        eval_every=15,
+        eval_episodes=10,
+    )
     rows = csv_rows(result["run_dir"])
     assert float(rows[-1]["eval_return_mean"]) > 150 > 3 * float(rows[0]["return_mean"])
 
 
 def test_observation_statistics_come_from_training_pairs_only(tmp_path):
-    none = run(tmp_path / "a", calc_obstat_prob=1.0, no_obs_norm=True)  # without normalization nothing is kept
+    none = run(
+        tmp_path / "a", calc_obstat_prob=1.0, no_obs_norm=True
+    )  # without normalization nothing is kept
     some = run(tmp_path / "b", calc_obstat_prob=1.0)
     assert none["ob_count"] == pytest.approx(1e-2)
-    assert some["ob_count"] == pytest.approx(1e-2 + some["env_steps"])  # every training step, no evaluation
+    assert some["ob_count"] == pytest.approx(
+        1e-2 + some["env_steps"]
+    )  # every training step, no evaluation
 
 
 # Every value of every option, in every pair with every value of every other option (a pairwise
@@ -439,20 +642,31 @@ FACTORS = {
     "optimizer": ("adam", "sgd", "plain"),
     "mirror": (True, False),
     "obs_norm": (True, False),
-    "space": (("CartPole-v1", {}), ("Pendulum-v1", {"ac_bins": 5, "activation": "elu"}),
-              ("Pendulum-v1", {"ac_noise_std": 0.0, "activation": "lrelu", "min_timesteps": 60}),
-              ("Pendulum-v1", {"ac_noise_std": 0.1, "activation": "relu", "eval_prob": 0.3})),
+    "space": (
+        ("CartPole-v1", {}),
+        ("Pendulum-v1", {"ac_bins": 5, "activation": "elu"}),
+        ("Pendulum-v1", {"ac_noise_std": 0.0, "activation": "lrelu", "min_timesteps": 60}),
+        ("Pendulum-v1", {"ac_noise_std": 0.1, "activation": "relu", "eval_prob": 0.3}),
+    ),
 }
 
 
 def pairwise(factors: dict) -> list:
     names = list(factors)
-    todo = {(a, i, b, j) for a, b in itertools.combinations(range(len(names)), 2)
-            for i in range(len(factors[names[a]])) for j in range(len(factors[names[b]]))}
+    todo = {
+        (a, i, b, j)
+        for a, b in itertools.combinations(range(len(names)), 2)
+        for i in range(len(factors[names[a]]))
+        for j in range(len(factors[names[b]]))
+    }
     chosen, candidates = [], list(itertools.product(*(range(len(factors[n])) for n in names)))
     while todo:
-        best = max(candidates, key=lambda c: sum((a, c[a], b, c[b]) in todo
-                                                for a, b in itertools.combinations(range(len(c)), 2)))
+        best = max(
+            candidates,
+            key=lambda c: sum(
+                (a, c[a], b, c[b]) in todo for a, b in itertools.combinations(range(len(c)), 2)
+            ),
+        )
         todo -= {(a, best[a], b, best[b]) for a, b in itertools.combinations(range(len(best)), 2)}
         chosen.append({n: factors[n][k] for n, k in zip(names, best)})
     return chosen
@@ -463,21 +677,48 @@ def test_every_pair_of_option_values_runs_or_is_refused_in_one_line(tmp_path, ca
     assert len(combos) <= 20
     for i, c in enumerate(combos):
         env_id, extra = c["space"]
-        kw = dict(TINY, env=env_id, iterations=1, population=4, eval_episodes=1, fitness=c["fitness"],
-                  optimizer=c["optimizer"], episode_length=20, **extra,
-                  **({} if c["mirror"] else {"no_mirror": True}), **({} if c["obs_norm"] else {"no_obs_norm": True}))
-        if not c["mirror"] and "sign" in c["fitness"]:  # every weight >= 0: refused, with the reason
-            assert "needs mirrored sampling" in refused(eo, tmp_path / str(i), *sum(
-                ([f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)]) for k, v in kw.items()), []))
+        kw = dict(
+            TINY,
+            env=env_id,
+            iterations=1,
+            population=4,
+            eval_episodes=1,
+            fitness=c["fitness"],
+            optimizer=c["optimizer"],
+            episode_length=20,
+            **extra,
+            **({} if c["mirror"] else {"no_mirror": True}),
+            **({} if c["obs_norm"] else {"no_obs_norm": True}),
+        )
+        if (
+            not c["mirror"] and "sign" in c["fitness"]
+        ):  # every weight >= 0: refused, with the reason
+            assert "needs mirrored sampling" in refused(
+                eo,
+                tmp_path / str(i),
+                *sum(
+                    (
+                        [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
+                        for k, v in kw.items()
+                    ),
+                    [],
+                ),
+            )
             continue
         result = run(tmp_path / str(i), **kw)
-        assert result["status"] == "done" and result["iteration"] == 1 and np.isfinite(result["theta"]).all(), c
+        assert (
+            result["status"] == "done"
+            and result["iteration"] == 1
+            and np.isfinite(result["theta"]).all()
+        ), c
 
 
 @pytest.mark.parametrize("option", ["fitness", "optimizer"])
 def test_every_value_of_an_option_changes_the_run(tmp_path, option):
     # An option read but ignored would leave theta as the default value gives it.
-    base = dict(TINY, env="Pendulum-v1", iterations=2, population=4, eval_episodes=1, episode_length=20)
+    base = dict(
+        TINY, env="Pendulum-v1", iterations=2, population=4, eval_episodes=1, episode_length=20
+    )
     thetas = [run(tmp_path / str(v), **{**base, option: v})["theta"] for v in FACTORS[option]]
     for theta, value in zip(thetas[1:], FACTORS[option][1:]):
         assert not np.array_equal(theta, thetas[0]), value
@@ -491,35 +732,50 @@ def test_save_every_zero_keeps_latest_and_no_snapshot(tmp_path):
 # ---------------------------------------------------------------- bad input, failures, stops
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--env", "CartPole-v1", "--ac-bins", "5"], "--ac-bins and --ac-noise-std are for Box actions"),
-    (["--env", "CartPole-v1", "--ac-noise-std", "0.1"], "--ac-bins and --ac-noise-std are for Box actions"),
-    (["--env", "Pendulum-v1", "--ac-bins", "1"], "--ac-bins must be 0 (continuous) or at least 2"),
-    (["--env", "Pendulum-v1", "--population", "5"], "even with mirrored sampling"),
-    (["--env", "Pendulum-v1", "--no-mirror", "--fitness", "sign"], "needs mirrored sampling"),
-    (["--env", "Pendulum-v1", "--calc-obstat-prob", "0"], "--calc-obstat-prob must be > 0"),
-    (["--env", "Pendulum-v1", "--calc-obstat-prob", "1.5"], "--calc-obstat-prob: must be in [0, 1]"),
-    (["--env", "Pendulum-v1", "--eval-prob", "1"], "--eval-prob: must be in [0, 1)"),
-    (["--env", "Pendulum-v1", "--noise-size", "10"], "smaller than the policy"),
-    (["--env", "Pendulum-v1", "--noise-size", str(10**12)], "lower --noise-size"),
-    (["--env", "Pendulum-v1", "--sigma", "0"], "--sigma: must be > 0"),
-    (["--env", "Pendulum-v1", "--sigma", "nan"], "--sigma: must be > 0"),
-    (["--env", "Pendulum-v1", "--alpha", "-1"], "--alpha: must be > 0"),
-    (["--env", "Pendulum-v1", "--momentum", "1"], "--momentum: must be in [0, 1)"),
-    (["--env", "Pendulum-v1", "--beta2", "1.5"], "--beta2: must be in [0, 1)"),
-    (["--env", "Pendulum-v1", "--l2coeff", "-0.1"], "--l2coeff: must be in [0, inf)"),
-    (["--env", "Pendulum-v1", "--hidden", "64,x"], "--hidden takes sizes like 64 or 64,64"),
-    (["--env", "Pendulum-v1", "--hidden", "0"], "--hidden takes sizes"),
-    (["--env", "Pendulum-v1", "--workers", "0"], "--workers: must be >= 1"),
-    (["--env", "Pendulum-v1", "--lockstep", "0"], "--lockstep: must be >= 1"),
-    (["--env", "Pendulum-v1", "--population", "1"], "--population: must be >= 2"),
-    (["--env", "Pendulum-v1", "--fitness", "best"], "invalid choice"),
-    (["--env", "Pendulum-v1", "--target-return", "nan"], "--target-return: must be in"),
-    (["--env", "HalfCheetah-v9"], "`v5`"),
-    (["--env", "Blackjack-v1"], "observations must be a flat Box"),
-    (["--env", "Pendulum-v1", "--video"], "--video goes with --play"),
-    (["--env", "Pendulum-v1", "--episodes", "3"], "--episodes goes with --play"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--env", "CartPole-v1", "--ac-bins", "5"],
+            "--ac-bins and --ac-noise-std are for Box actions",
+        ),
+        (
+            ["--env", "CartPole-v1", "--ac-noise-std", "0.1"],
+            "--ac-bins and --ac-noise-std are for Box actions",
+        ),
+        (
+            ["--env", "Pendulum-v1", "--ac-bins", "1"],
+            "--ac-bins must be 0 (continuous) or at least 2",
+        ),
+        (["--env", "Pendulum-v1", "--population", "5"], "even with mirrored sampling"),
+        (["--env", "Pendulum-v1", "--no-mirror", "--fitness", "sign"], "needs mirrored sampling"),
+        (["--env", "Pendulum-v1", "--calc-obstat-prob", "0"], "--calc-obstat-prob must be > 0"),
+        (
+            ["--env", "Pendulum-v1", "--calc-obstat-prob", "1.5"],
+            "--calc-obstat-prob: must be in [0, 1]",
+        ),
+        (["--env", "Pendulum-v1", "--eval-prob", "1"], "--eval-prob: must be in [0, 1)"),
+        (["--env", "Pendulum-v1", "--noise-size", "10"], "smaller than the policy"),
+        (["--env", "Pendulum-v1", "--noise-size", str(10**12)], "lower --noise-size"),
+        (["--env", "Pendulum-v1", "--sigma", "0"], "--sigma: must be > 0"),
+        (["--env", "Pendulum-v1", "--sigma", "nan"], "--sigma: must be > 0"),
+        (["--env", "Pendulum-v1", "--alpha", "-1"], "--alpha: must be > 0"),
+        (["--env", "Pendulum-v1", "--momentum", "1"], "--momentum: must be in [0, 1)"),
+        (["--env", "Pendulum-v1", "--beta2", "1.5"], "--beta2: must be in [0, 1)"),
+        (["--env", "Pendulum-v1", "--l2coeff", "-0.1"], "--l2coeff: must be in [0, inf)"),
+        (["--env", "Pendulum-v1", "--hidden", "64,x"], "--hidden takes sizes like 64 or 64,64"),
+        (["--env", "Pendulum-v1", "--hidden", "0"], "--hidden takes sizes"),
+        (["--env", "Pendulum-v1", "--workers", "0"], "--workers: must be >= 1"),
+        (["--env", "Pendulum-v1", "--lockstep", "0"], "--lockstep: must be >= 1"),
+        (["--env", "Pendulum-v1", "--population", "1"], "--population: must be >= 2"),
+        (["--env", "Pendulum-v1", "--fitness", "best"], "invalid choice"),
+        (["--env", "Pendulum-v1", "--target-return", "nan"], "--target-return: must be in"),
+        (["--env", "HalfCheetah-v9"], "`v5`"),
+        (["--env", "Blackjack-v1"], "observations must be a flat Box"),
+        (["--env", "Pendulum-v1", "--video"], "--video goes with --play"),
+        (["--env", "Pendulum-v1", "--episodes", "3"], "--episodes goes with --play"),
+    ],
+)
 def test_bad_flags(tmp_path, argv, message):
     small_table = [] if "--noise-size" in argv else ["--noise-size", "100000"]
     assert message in refused(eo, tmp_path, *argv, *small_table)
@@ -529,14 +785,22 @@ def bad(tmp_path, *argv):
     return refused(eo, tmp_path, *argv)
 
 
-def test_a_resumed_run_takes_its_workers_here_and_refuses_flags_that_change_it(tmp_path, monkeypatch):
+def test_a_resumed_run_takes_its_workers_here_and_refuses_flags_that_change_it(
+    tmp_path, monkeypatch
+):
     part = run(tmp_path, iterations=1)
     cfg_path = os.path.join(part["run_dir"], "config.json")
-    json.dump({**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w"))  # saved on a larger machine
+    json.dump(
+        {**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w")
+    )  # saved on a larger machine
     seen = {}
     monkeypatch.setattr(eo, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
     eo.main(["--resume", part["run_dir"], "--iterations", "3", "--sigma", "0.07"])
-    assert seen["workers"] == len(os.sched_getaffinity(0)) and seen["iterations"] == 3 and seen["sigma"] == 0.07
+    assert (
+        seen["workers"] == len(os.sched_getaffinity(0))
+        and seen["iterations"] == 3
+        and seen["sigma"] == 0.07
+    )
     assert seen["population"] == 6 and seen["hidden"] == "8"  # the saved run's own
     line = bad(tmp_path, "--resume", part["run_dir"], "--no-mirror")
     assert "--mirror cannot change a resumed run" in line
@@ -544,14 +808,18 @@ def test_a_resumed_run_takes_its_workers_here_and_refuses_flags_that_change_it(t
 
 def test_a_checkpoint_of_other_options_than_its_run_directory_is_refused(tmp_path):
     """(Damaged checkpoints: tests/test_shared.py.) --play takes the policy's options from config.json."""
-    assert "not a run directory of es_openai.py" in bad(tmp_path, "--resume", str(tmp_path / "nowhere"))
+    assert "not a run directory of es_openai.py" in bad(
+        tmp_path, "--resume", str(tmp_path / "nowhere")
+    )
     assert "not a run directory" in bad(tmp_path, "--evaluate-snapshots", str(tmp_path))
     good = run(tmp_path / "good", iterations=1)
     cfg_path = os.path.join(good["run_dir"], "config.json")
     cfg = json.load(open(cfg_path))
     json.dump({**cfg, "hidden": "9"}, open(cfg_path, "w"))
     assert "[4, 8, 2]" in bad(tmp_path, "--play", good["run_dir"])
-    json.dump({**cfg, "obs_norm": False}, open(cfg_path, "w"))  # the checkpoint records its normalization
+    json.dump(
+        {**cfg, "obs_norm": False}, open(cfg_path, "w")
+    )  # the checkpoint records its normalization
     assert "observation normalization" in bad(tmp_path, "--play", good["run_dir"])
     json.dump({**cfg, "env": "Acrobot-v1"}, open(cfg_path, "w"))
     assert "is for CartPole-v1, not Acrobot-v1" in bad(tmp_path, "--play", good["run_dir"])
@@ -560,8 +828,20 @@ def test_a_checkpoint_of_other_options_than_its_run_directory_is_refused(tmp_pat
 def test_unwritable_output_folder(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    out = cli("--env", "CartPole-v1", "--noise-size", "100000", "--out-dir", str(blocker / "runs"), timeout=60)
-    assert out.returncode == 2 and "cannot write" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    out = cli(
+        "--env",
+        "CartPole-v1",
+        "--noise-size",
+        "100000",
+        "--out-dir",
+        str(blocker / "runs"),
+        timeout=60,
+    )
+    assert (
+        out.returncode == 2
+        and "cannot write" in out.stderr
+        and len(out.stderr.strip().splitlines()) == 1
+    )
 
 
 class CrashEnv(gym.Env):
@@ -593,49 +873,107 @@ gym.register("EoFailTest-v0", entry_point=FailEnv, max_episode_steps=10)
 
 @FORK_ONLY
 def test_nan_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
-    result = run(tmp_path, env="EoNanTest-v0", iterations=50, optimizer="plain", alpha=10.0, ac_noise_std=0.0,
-                 save_every=1, hidden="4")
+    result = run(
+        tmp_path,
+        env="EoNanTest-v0",
+        iterations=50,
+        optimizer="plain",
+        alpha=10.0,
+        ac_noise_std=0.0,
+        save_every=1,
+        hidden="4",
+    )
     assert result["status"] == "diverged" and 0 < result["iteration"] < 50
     assert "NaN or inf" in capsys.readouterr().err
-    with np.load(os.path.join(result["run_dir"], "checkpoints", "latest.npz"), allow_pickle=False) as ck:
+    with np.load(
+        os.path.join(result["run_dir"], "checkpoints", "latest.npz"), allow_pickle=False
+    ) as ck:
         assert np.isfinite(ck["theta"]).all() and int(ck["iteration"]) == result["iteration"]
 
 
 @FORK_ONLY
-@pytest.mark.parametrize("env_id, says", [("EoCrashTest-v0", "a worker process died"),
-                                          ("EoFailTest-v0", "ValueError: the simulator gave up")])
-def test_a_dying_or_failing_worker_ends_the_run_with_one_line_not_a_hang(tmp_path, env_id, says, capsys):
-    signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("no answer in 60 s")))
+@pytest.mark.parametrize(
+    "env_id, says",
+    [
+        ("EoCrashTest-v0", "a worker process died"),
+        ("EoFailTest-v0", "ValueError: the simulator gave up"),
+    ],
+)
+def test_a_dying_or_failing_worker_ends_the_run_with_one_line_not_a_hang(
+    tmp_path, env_id, says, capsys
+):
+    signal.signal(
+        signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("no answer in 60 s"))
+    )
     signal.alarm(60)
     try:
         with pytest.raises(SystemExit) as stop:
-            eo.main(["--env", env_id, "--workers", "2", "--noise-size", "100000", "--out-dir", str(tmp_path)])
+            eo.main(
+                [
+                    "--env",
+                    env_id,
+                    "--workers",
+                    "2",
+                    "--noise-size",
+                    "100000",
+                    "--out-dir",
+                    str(tmp_path),
+                ]
+            )
     finally:
         signal.alarm(0)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert stop.value.code == 1 and len(lines) == 1 and says in lines[0] and "--resume" in lines[0], lines
+    assert (
+        stop.value.code == 1 and len(lines) == 1 and says in lines[0] and "--resume" in lines[0]
+    ), lines
     assert glob.glob(str(tmp_path / "*" / "checkpoints" / "latest.npz"))
 
 
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "es_openai.py"), "--env", "Pendulum-v1",
-                             "--iterations", "100000", "--workers", "2", "--noise-size", "1000000",
-                             "--population", "10", "--eval-every", "1", "--eval-episodes", "4",
-                             "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, "es_openai.py"),
+            "--env",
+            "Pendulum-v1",
+            "--iterations",
+            "100000",
+            "--workers",
+            "2",
+            "--noise-size",
+            "1000000",
+            "--population",
+            "10",
+            "--eval-every",
+            "1",
+            "--eval-episodes",
+            "4",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for line in proc.stdout:
         if line.startswith("gen ") and int(line.split()[1]) >= 3:
             break
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (proc.returncode, err)
+    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, (
+        proc.returncode,
+        err,
+    )
     (run_dir,) = glob.glob(str(tmp_path / "*"))
     with np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False) as ck:
         iteration = int(ck["iteration"])
     assert iteration >= 2
     resumed = cli("--resume", run_dir, "--iterations", str(iteration + 1))
     assert resumed.returncode == 0, resumed.stderr
-    states = subprocess.run(["ps", "-o", "stat=", "-s", str(proc.pid)], capture_output=True, text=True).stdout
+    states = subprocess.run(
+        ["ps", "-o", "stat=", "-s", str(proc.pid)], capture_output=True, text=True
+    ).stdout
     assert all(s.startswith("Z") for s in states.split())  # no worker process still running
 
 
@@ -645,42 +983,95 @@ def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
 def test_help_lists_the_presets_and_the_paper_names():
     out = cli("--help")
     assert out.returncode == 0
-    for word in list(eo.PRESETS) + ["noise_stdev", "population_size", "return_proc_mode", "snapshot_freq",
-                                    "timesteps_per_batch"]:
+    for word in list(eo.PRESETS) + [
+        "noise_stdev",
+        "population_size",
+        "return_proc_mode",
+        "snapshot_freq",
+        "timesteps_per_batch",
+    ]:
         assert word in out.stdout
 
 
 def test_presets_fill_unset_flags_and_flags_override_them():
     args = config(env="HalfCheetah-v5", noise_size=10**5)
-    assert (args.population, args.sigma, args.alpha, args.hidden, args.ac_noise_std) == (40, 0.05, 0.03, "64,64", 0.01)
+    assert (args.population, args.sigma, args.alpha, args.hidden, args.ac_noise_std) == (
+        40,
+        0.05,
+        0.03,
+        "64,64",
+        0.01,
+    )
     args = config(env="HalfCheetah-v5", sigma=0.1, noise_size=10**5)
     assert args.sigma == 0.1 and args.alpha == 0.03
     args = config(env="Pendulum-v1", noise_size=10**5)  # no preset: the generic row
-    assert (args.population, args.sigma, args.iterations) == (eo.GENERIC["population"], eo.GENERIC["sigma"], 200)
+    assert (args.population, args.sigma, args.iterations) == (
+        eo.GENERIC["population"],
+        eo.GENERIC["sigma"],
+        200,
+    )
 
 
 def test_the_docs_presets_table_matches_the_code():
     """docs/es_openai.md's Presets table: hidden, sigma, alpha, l2coeff, n, bins, generations and target."""
-    text = open(os.path.join(ROOT, "docs", "es_openai.md")).read().split("### Presets")[1].split("\n\n")[1]
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in text.splitlines() if line.startswith("| ") and not line.startswith("| env")}
+    text = (
+        open(os.path.join(ROOT, "docs", "es_openai.md"))
+        .read()
+        .split("### Presets")[1]
+        .split("\n\n")[1]
+    )
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in text.splitlines()
+        if line.startswith("| ") and not line.startswith("| env")
+    }
     assert set(rows) == set(eo.PRESETS) | {"(generic)"}
     for env_id, cells in rows.items():
         p = {**eo.GENERIC, **eo.PRESETS.get(env_id, {})}
         hidden, _, sigma, alpha, l2, n, bins, _, generations, _, target = cells[:11]
-        assert (hidden, float(sigma), float(alpha), float(l2), int(n), int(generations)) == \
-               (p["hidden"], p["sigma"], p["alpha"], p["l2coeff"], p["population"], p["iterations"]), env_id
+        assert (hidden, float(sigma), float(alpha), float(l2), int(n), int(generations)) == (
+            p["hidden"],
+            p["sigma"],
+            p["alpha"],
+            p["l2coeff"],
+            p["population"],
+            p["iterations"],
+        ), env_id
         assert int(bins or 0) == p.get("ac_bins", 0), env_id
-        assert (float(target) if target != "none" else None) == (round(p["target_return"], 2) if "target_return" in p
-                                                                else None), env_id
+        assert (float(target) if target != "none" else None) == (
+            round(p["target_return"], 2) if "target_return" in p else None
+        ), env_id
 
 
 def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
-    out = cli("--env", "Pendulum-v1", "--iterations", "4", "--population", "4", "--save-every", "2",
-              "--eval-every", "2", "--eval-episodes", "1", "--noise-size", "1000000", "--workers", "2",
-              "--ac-bins", "5", "--target-return", "1000", "--out-dir", str(tmp_path))
+    out = cli(
+        "--env",
+        "Pendulum-v1",
+        "--iterations",
+        "4",
+        "--population",
+        "4",
+        "--save-every",
+        "2",
+        "--eval-every",
+        "2",
+        "--eval-episodes",
+        "1",
+        "--noise-size",
+        "1000000",
+        "--workers",
+        "2",
+        "--ac-bins",
+        "5",
+        "--target-return",
+        "1000",
+        "--out-dir",
+        str(tmp_path),
+    )
     assert out.returncode == 0, out.stderr
-    assert "the target 1000.0 was not reached: the best evaluation was" in out.stdout.splitlines()[-1]
+    assert (
+        "the target 1000.0 was not reached: the best evaluation was" in out.stdout.splitlines()[-1]
+    )
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__es_openai__0__*"))
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
     assert cfg["ac_bins"] == 5 and cfg["ac_noise_std"] == 0.01 and cfg["numpy"] == np.__version__
@@ -696,10 +1087,16 @@ def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
     assert [int(float(r.split(",")[0])) for r in rows] == [0, 2, 4]
     assert os.path.getsize(os.path.join(run_dir, "snapshots.png")) > 1000
     played = cli("--play", run_dir, "--episodes", "2", "--video")
-    assert played.returncode == 0 and "mean return" in played.stdout and "generation 4" in played.stdout
+    assert (
+        played.returncode == 0
+        and "mean return" in played.stdout
+        and "generation 4" in played.stdout
+    )
     (gif,) = glob.glob(os.path.join(run_dir, "video", "*.gif"))
     assert open(gif, "rb").read(6) == b"GIF89a"
     one = cli("--play", os.path.join(run_dir, "checkpoints", "iter_000002.npz"), "--episodes", "2")
     assert one.returncode == 0 and "generation 2" in one.stdout
     first = [line for line in ev.stdout.splitlines() if "generation 2" in line][0]
-    assert first.split("mean return")[1] == one.stdout.strip().split("mean return")[1]  # the same episodes
+    assert (
+        first.split("mean return")[1] == one.stdout.strip().split("mean return")[1]
+    )  # the same episodes

@@ -2,6 +2,7 @@
 cluster started on this machine, the results equal the local backend's; a worker or a node lost in
 the middle of a run is survived with the same results, or ends the run with a clear error and a
 checkpoint; a missing Ray gives one clear line. Without Ray installed only that last test runs."""
+
 import os
 import signal
 import subprocess
@@ -32,9 +33,19 @@ def parse(module, **kw):
     return module.configure(module.build_parser().parse_args(argv))
 
 
-ARS_TINY = dict(env="Pendulum-v1", iterations=4, n_directions=6, top_b=3, eval_every=2, eval_episodes=2, seed=3)
-ES_TINY = dict(env="Pendulum-v1", iterations=3, population=8, hidden="8", eval_every=1, eval_episodes=2,
-               noise_size=200_000, seed=5)
+ARS_TINY = dict(
+    env="Pendulum-v1", iterations=4, n_directions=6, top_b=3, eval_every=2, eval_episodes=2, seed=3
+)
+ES_TINY = dict(
+    env="Pendulum-v1",
+    iterations=3,
+    population=8,
+    hidden="8",
+    eval_every=1,
+    eval_episodes=2,
+    noise_size=200_000,
+    seed=5,
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +63,11 @@ def cluster():
 
 def where(actor) -> tuple:
     """(process id, node id) of a Ray actor."""
-    return ray.get(actor.__ray_call__.remote(lambda self: (os.getpid(), ray.get_runtime_context().get_node_id())))
+    return ray.get(
+        actor.__ray_call__.remote(
+            lambda self: (os.getpid(), ray.get_runtime_context().get_node_id())
+        )
+    )
 
 
 def kill_one_actor_soon(pool, delay: float):
@@ -73,7 +88,9 @@ def lost_node_scenario():
     try:
         ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
         c.wait_for_nodes()
-        jobs = [("train", k) for k in range(64)]  # about a second of episodes: the node goes mid-run
+        jobs = [
+            ("train", k) for k in range(64)
+        ]  # about a second of episodes: the node goes mid-run
         params = (1, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
         pool = ars.RayPool(parse(ars, env="Pendulum-v1", ray=True, workers=2))
         before = pool.run(params, jobs)
@@ -97,9 +114,13 @@ def test_a_lost_node_is_survived_when_the_cluster_has_room():
     once (the shared cluster): on Python 3.13 a process forked while a second Ray session of its
     parent is up crashes in Ray's code (a SIGSEGV in GcsClient's destructor), and the local pools
     of the tests below, and those of tests/test_shared.py, fork."""
-    code = (f"import sys; sys.path[:0] = [{ROOT!r}, {os.path.join(ROOT, 'tests')!r}]; "
-            "import test_ray; test_ray.lost_node_scenario()")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    code = (
+        f"import sys; sys.path[:0] = [{ROOT!r}, {os.path.join(ROOT, 'tests')!r}]; "
+        "import test_ray; test_ray.lost_node_scenario()"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-4000:]
 
 
@@ -110,8 +131,13 @@ def test_ars_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     assert remote["status"] == "done"
     np.testing.assert_array_equal(local["M"], remote["M"])
     np.testing.assert_array_equal(local["stats"][2], remote["stats"][2])
-    rows = [open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines() for r in (local, remote)]
-    assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]  # returns, evaluations
+    rows = [
+        open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines()
+        for r in (local, remote)
+    ]
+    assert [r.split(",")[4:10] for r in rows[0]] == [
+        r.split(",")[4:10] for r in rows[1]
+    ]  # returns, evaluations
 
 
 @NEEDS_RAY
@@ -120,7 +146,9 @@ def test_ars_workers_default_to_the_cluster_cpus_and_spread_over_both_nodes(clus
     assert args.workers == 4
     pool = ars.RayPool(args)
     try:
-        pool.run((0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1), [("train", k) for k in range(4)])
+        pool.run(
+            (0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1), [("train", k) for k in range(4)]
+        )
         nodes = [where(a)[1] for a in pool.actors]
         assert len(set(nodes)) == 2
     finally:
@@ -151,7 +179,9 @@ def test_ars_survives_a_killed_worker_with_the_same_results(cluster):
 
 
 @NEEDS_RAY
-def test_ars_lost_worker_beyond_the_retries_stops_with_a_checkpoint(cluster, tmp_path, monkeypatch, capsys):
+def test_ars_lost_worker_beyond_the_retries_stops_with_a_checkpoint(
+    cluster, tmp_path, monkeypatch, capsys
+):
     real_run = ars.RayPool.run
 
     def run_then_kill(self, params, jobs):  # the actor is lost for good during iteration 3
@@ -163,8 +193,25 @@ def test_ars_lost_worker_beyond_the_retries_stops_with_a_checkpoint(cluster, tmp
 
     monkeypatch.setattr(ars.RayPool, "run", run_then_kill)
     with pytest.raises(SystemExit) as stop:
-        ars.main(["--env", "Pendulum-v1", "--iterations", "4", "--n-directions", "4", "--top-b", "2", "--ray",
-                  "--workers", "2", "--out-dir", str(tmp_path), "--save-every", "1"])
+        ars.main(
+            [
+                "--env",
+                "Pendulum-v1",
+                "--iterations",
+                "4",
+                "--n-directions",
+                "4",
+                "--top-b",
+                "2",
+                "--ray",
+                "--workers",
+                "2",
+                "--out-dir",
+                str(tmp_path),
+                "--save-every",
+                "1",
+            ]
+        )
     assert stop.value.code == 1
     assert "a Ray worker was lost" in capsys.readouterr().err
     (run_dir,) = [os.path.join(tmp_path, d) for d in os.listdir(tmp_path)]
@@ -182,7 +229,10 @@ def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     assert remote["status"] == "done"
     np.testing.assert_array_equal(local["theta"], remote["theta"])
     np.testing.assert_array_equal(local["ob_sum"], remote["ob_sum"])
-    rows = [open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines() for r in (local, remote)]
+    rows = [
+        open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines()
+        for r in (local, remote)
+    ]
     assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]
 
 
@@ -196,8 +246,11 @@ def test_es_noise_table_is_read_from_the_object_store_without_a_copy(cluster):
         assert not pool.table.flags.writeable  # the master reads the object store's copy too
         np.testing.assert_array_equal(pool.table[[0, 99_999]], expected)
         for actor in pool.actors:  # read-only: a view of the node's shared object store, not a copy
-            seen = ray.get(actor.__ray_call__.remote(lambda self: (self.table[[0, 99_999]].tolist(),
-                                                                   self.table.flags.writeable)))
+            seen = ray.get(
+                actor.__ray_call__.remote(
+                    lambda self: (self.table[[0, 99_999]].tolist(), self.table.flags.writeable)
+                )
+            )
             assert seen == (expected.tolist(), False)
         assert len({where(actor)[1] for actor in pool.actors}) == 2  # spread over both nodes
     finally:
@@ -223,16 +276,27 @@ def test_es_survives_a_killed_worker_with_the_same_results(cluster, tmp_path, mo
 
 
 @NEEDS_RAY
-@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")),
-                    reason="the teacher's copy is not in this checkout")
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")),
+    reason="the teacher's copy is not in this checkout",
+)
 def test_the_exercise_gives_the_same_policy_on_ray_and_on_local_processes(cluster):
     sys.path.insert(0, os.path.join(ROOT, "docs", "teacher"))
     try:
-        import nes_exercise
         import nes_exercise_solution as solution
+
+        import nes_exercise
     finally:
         sys.path.pop(0)
-    kw = dict(env_name="CartPole-v1", iterations=3, n_pairs=4, sigma=0.1, alpha=0.05, seed=2, log=lambda *a: None)
+    kw = dict(
+        env_name="CartPole-v1",
+        iterations=3,
+        n_pairs=4,
+        sigma=0.1,
+        alpha=0.05,
+        seed=2,
+        log=lambda *a: None,
+    )
     with ProcessPoolExecutor(2) as pool:
         local = solution.train(executor=pool, **kw)
     executor = nes_exercise.RayExecutor()
@@ -246,14 +310,35 @@ def test_the_exercise_gives_the_same_policy_on_ray_and_on_local_processes(cluste
 
 
 @NEEDS_RAY
-@pytest.mark.parametrize("script, extra", [("ars.py", []), ("es_openai.py", ["--noise-size", "100000", "--population", "8"])])
+@pytest.mark.parametrize(
+    "script, extra",
+    [("ars.py", []), ("es_openai.py", ["--noise-size", "100000", "--population", "8"])],
+)
 def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(tmp_path, script, extra):
     """ray.init installs its own SIGTERM handler; the scripts keep theirs, which saves the run.
     (--ray-address local: a Ray instance of its own, not the cluster the other tests share.)"""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), "--env", "Pendulum-v1", "--ray",
-                             "--ray-address", "local", "--workers", "2", "--iterations", "100000", "--out-dir",
-                             str(tmp_path), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, script),
+            "--env",
+            "Pendulum-v1",
+            "--ray",
+            "--ray-address",
+            "local",
+            "--workers",
+            "2",
+            "--iterations",
+            "100000",
+            "--out-dir",
+            str(tmp_path),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for line in proc.stdout:  # wait until a few iterations have run
         if line.split()[0] in ("it", "gen") and int(line.split()[1]) >= 3:
             break
@@ -261,9 +346,13 @@ def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(tmp_path, sc
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, err
     (run_dir,) = [os.path.join(tmp_path, d) for d in os.listdir(tmp_path)]
-    assert int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 2  # 3 shown
+    assert (
+        int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 2
+    )  # 3 shown
     for _ in range(30):  # Ray's own processes of this run exit too, within seconds
-        leftover = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True).stdout
+        leftover = subprocess.run(
+            ["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True
+        ).stdout
         if not leftover.strip():
             break
         time.sleep(0.5)
@@ -273,40 +362,81 @@ def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(tmp_path, sc
 # ---------------------------------------------------------------- without Ray
 
 
-@pytest.mark.parametrize("script, extra", [("ars.py", ["--env", "Pendulum-v1"]),
-                                           ("es_openai.py", ["--env", "Pendulum-v1", "--noise-size", "1000"]),
-                                           ("nes_exercise.py", None)])
+@pytest.mark.parametrize(
+    "script, extra",
+    [
+        ("ars.py", ["--env", "Pendulum-v1"]),
+        ("es_openai.py", ["--env", "Pendulum-v1", "--noise-size", "1000"]),
+        ("nes_exercise.py", None),
+    ],
+)
 def test_a_missing_ray_gives_one_clear_line_and_writes_nothing(tmp_path, script, extra):
     (tmp_path / "ray.py").write_text("raise ImportError('No module named ray')\n")  # Ray hidden
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    if script == "nes_exercise.py":  # the student's file refuses to train; the teacher's copy gets to Ray
-        argv = [os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py"), "--iterations", "1"]
+    if (
+        script == "nes_exercise.py"
+    ):  # the student's file refuses to train; the teacher's copy gets to Ray
+        argv = [
+            os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py"),
+            "--iterations",
+            "1",
+        ]
         if not os.path.exists(argv[0]):
             pytest.skip("the teacher's copy is not in this checkout")
     else:
-        argv = [os.path.join(ROOT, script), *extra, "--iterations", "1", "--out-dir", str(tmp_path / "runs")]
-    out = subprocess.run([sys.executable, *argv, "--ray"], capture_output=True, text=True, timeout=300, env=env,
-                         cwd=tmp_path)
+        argv = [
+            os.path.join(ROOT, script),
+            *extra,
+            "--iterations",
+            "1",
+            "--out-dir",
+            str(tmp_path / "runs"),
+        ]
+    out = subprocess.run(
+        [sys.executable, *argv, "--ray"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().count("\n") == 0 and "pip install ray" in out.stderr
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("workers", [[], ["--workers", "2"]])  # with --workers too, before anything is written
-@pytest.mark.parametrize("address", ["127.0.0.1:9", "ray://127.0.0.1:9"])  # a GCS address, a Ray client URL
+@pytest.mark.parametrize(
+    "workers", [[], ["--workers", "2"]]
+)  # with --workers too, before anything is written
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:9", "ray://127.0.0.1:9"]
+)  # a GCS address, a Ray client URL
 @pytest.mark.parametrize("script", ["ars.py", "es_openai.py", "nes_exercise.py"])
 def test_an_unreachable_cluster_is_refused_at_once(tmp_path, script, address, workers):
     if ray is None:
         pytest.skip("Ray is not installed")
-    if script == "nes_exercise.py":  # the student's file refuses to train; the teacher's copy gets to Ray
+    if (
+        script == "nes_exercise.py"
+    ):  # the student's file refuses to train; the teacher's copy gets to Ray
         argv = [os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")]
         if not os.path.exists(argv[0]):
             pytest.skip("the teacher's copy is not in this checkout")
     else:
-        argv = [os.path.join(ROOT, script), "--env", "Pendulum-v1", "--out-dir", str(tmp_path / "runs")]
+        argv = [
+            os.path.join(ROOT, script),
+            "--env",
+            "Pendulum-v1",
+            "--out-dir",
+            str(tmp_path / "runs"),
+        ]
     t0 = time.time()
-    out = subprocess.run([sys.executable, *argv, "--ray", "--ray-address", address, *workers],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, *argv, "--ray", "--ray-address", address, *workers],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert out.returncode == 2 and f"no Ray cluster answers at {address}" in out.stderr, out.stderr
     assert time.time() - t0 < 60 and not (tmp_path / "runs").exists()
 
@@ -321,6 +451,7 @@ def test_a_reachable_ray_client_url_passes_the_address_check(script, monkeypatch
         if not os.path.exists(path):
             pytest.skip("the teacher's copy is not in this checkout")
         import nes_exercise
+
         start = nes_exercise.RayExecutor
     else:
         start = (ars if script == "ars.py" else eo).start_ray

@@ -1,5 +1,6 @@
 """docs/bench/results_csv.py: a row reports the first evaluation (or confirmation) at the target and
 the --play return; rows are appended under their header only; docs/results/ holds the runs the docs cite."""
+
 import json
 import os
 import subprocess
@@ -15,17 +16,32 @@ import results_csv  # noqa: E402
 def test_the_published_tables_have_their_columns():
     """Every row of docs/results/ lines up under its file's header (append() refuses another one)."""
     import csv
+
     for name in sorted(os.listdir(os.path.join(ROOT, "docs", "results"))):
         if name.endswith(".csv"):
             with open(os.path.join(ROOT, "docs", "results", name)) as f:
                 rows = list(csv.reader(f))
-            header = {"throughput.csv": results_csv.THROUGHPUT, "memory.csv": rows[0],
-                      "python_versions.csv": rows[0]}.get(name, results_csv.COLUMNS)  # else: training runs
+            header = {
+                "throughput.csv": results_csv.THROUGHPUT,
+                "memory.csv": rows[0],
+                "python_versions.csv": rows[0],
+            }.get(name, results_csv.COLUMNS)  # else: training runs
             assert rows[0] == header, name
             assert len(rows) > 1 and all(len(r) == len(rows[0]) for r in rows), name
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "docs", "bench", "results_csv.py"), "--results",
-                          os.path.join(ROOT, "no", "such", "folder")], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stderr.startswith("results_csv.py: error: no run directories")
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "docs", "bench", "results_csv.py"),
+            "--results",
+            os.path.join(ROOT, "no", "such", "folder"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stderr.startswith(
+        "results_csv.py: error: no run directories"
+    )
 
 
 def write_run(folder, cfg: dict, rows: list):
@@ -37,44 +53,110 @@ def write_run(folder, cfg: dict, rows: list):
 
 
 def test_a_row_reports_the_first_evaluation_or_confirmation_at_the_target(tmp_path):
-    rows = [(10, 640, 1000, 5.0, 250.0, "nan"), (20, 1280, 2000, 9.0, 310.0, 290.0),
-            (30, 1920, 3000, 14.0, 305.0, 301.5), (40, 2560, 4000, 20.0, 320.0, "nan")]
-    cfg = {"env": "BipedalWalker-v3", "seed": 3, "target_return": 300.0, "nu": 0.05, "alpha": 0.02,
-           "run_dir": "runs/BipedalWalker-v3__ars__3__20261125-002328", "versions": {"git_commit": "abcdef0123"}}
+    rows = [
+        (10, 640, 1000, 5.0, 250.0, "nan"),
+        (20, 1280, 2000, 9.0, 310.0, 290.0),
+        (30, 1920, 3000, 14.0, 305.0, 301.5),
+        (40, 2560, 4000, 20.0, 320.0, "nan"),
+    ]
+    cfg = {
+        "env": "BipedalWalker-v3",
+        "seed": 3,
+        "target_return": 300.0,
+        "nu": 0.05,
+        "alpha": 0.02,
+        "run_dir": "runs/BipedalWalker-v3__ars__3__20261125-002328",
+        "versions": {"git_commit": "abcdef0123"},
+    }
     write_run(tmp_path / "BipedalWalker-v3__ars__3__probe", cfg, rows)
     screen = results_csv.row(str(tmp_path / "BipedalWalker-v3__ars__3__probe"))
-    assert (screen["reached_iteration"], screen["reached_env_steps"]) == ("20", "2000")  # no confirmation asked
-    assert screen["flags"] == "--nu 0.05" and screen["variant"] == "probe" and screen["commit"] == "abcdef0"
-    assert (screen["best_eval"], screen["best_eval_iteration"], screen["env_steps"]) == (320.0, "40", "4000")
+    assert (screen["reached_iteration"], screen["reached_env_steps"]) == (
+        "20",
+        "2000",
+    )  # no confirmation asked
+    assert (
+        screen["flags"] == "--nu 0.05"
+        and screen["variant"] == "probe"
+        and screen["commit"] == "abcdef0"
+    )
+    assert (screen["best_eval"], screen["best_eval_iteration"], screen["env_steps"]) == (
+        320.0,
+        "40",
+        "4000",
+    )
     assert screen["started"] == "2026-11-25 00:23"
     write_run(tmp_path / "BipedalWalker-v3__ars__4", {**cfg, "confirm_episodes": 100}, rows)
     solved = results_csv.row(str(tmp_path / "BipedalWalker-v3__ars__4"))
-    assert (solved["reached_iteration"], solved["confirm_return"]) == ("30", "301.5")  # the first confirmation >= 300
+    assert (solved["reached_iteration"], solved["confirm_return"]) == (
+        "30",
+        "301.5",
+    )  # the first confirmation >= 300
 
 
 def test_a_run_becomes_one_row_appended_under_its_header(tmp_path):
     import es_basic
-    argv = ["--env", "CartPole-v1", "--iterations", "3", "--eval-every", "2", "--eval-episodes", "3", "--alpha", "0.2",
-            "--target-return", "20", "--out-dir", str(tmp_path)]
+
+    argv = [
+        "--env",
+        "CartPole-v1",
+        "--iterations",
+        "3",
+        "--eval-every",
+        "2",
+        "--eval-episodes",
+        "3",
+        "--alpha",
+        "0.2",
+        "--target-return",
+        "20",
+        "--out-dir",
+        str(tmp_path),
+    ]
     run_dir = es_basic.main(argv)["run_dir"]
     with open(os.path.join(run_dir, "play.txt"), "w") as f:
-        f.write("CartPole-v1: mean return 41.5 +- 3.0 over 7 episodes (min 1.0, max 2.0), policy of iteration 3\n")
+        f.write(
+            "CartPole-v1: mean return 41.5 +- 3.0 over 7 episodes (min 1.0, max 2.0), policy of iteration 3\n"
+        )
     with open(os.path.join(run_dir, "progress.csv")) as f:
         log = f.read().splitlines()
     r = results_csv.row(run_dir, "probe")
-    evals = [(line.split(",")[0], float(line.split(",")[8])) for line in log[1:] if line.split(",")[8] != "nan"]
+    evals = [
+        (line.split(",")[0], float(line.split(",")[8]))
+        for line in log[1:]
+        if line.split(",")[8] != "nan"
+    ]
     first = next((it for it, e in evals if e >= 20), "")
-    assert (r["script"], r["env"], r["seed"], r["variant"]) == ("es_basic.py", "CartPole-v1", 0, "probe")
-    assert r["flags"] == "--alpha 0.2 --eval-episodes 3 --eval-every 2"  # not --iterations or --target-return
-    assert str(r["reached_iteration"]) == first and r["best_eval"] == round(max(e for _, e in evals), 2)
-    assert (r["play_return"], r["play_episodes"], r["iterations"]) == ("41.5", "7", log[-1].split(",")[0])
-    assert r["started"] == f"{run_dir[-15:-11]}-{run_dir[-11:-9]}-{run_dir[-9:-7]} {run_dir[-6:-4]}:{run_dir[-4:-2]}"
+    assert (r["script"], r["env"], r["seed"], r["variant"]) == (
+        "es_basic.py",
+        "CartPole-v1",
+        0,
+        "probe",
+    )
+    assert (
+        r["flags"] == "--alpha 0.2 --eval-episodes 3 --eval-every 2"
+    )  # not --iterations or --target-return
+    assert str(r["reached_iteration"]) == first and r["best_eval"] == round(
+        max(e for _, e in evals), 2
+    )
+    assert (r["play_return"], r["play_episodes"], r["iterations"]) == (
+        "41.5",
+        "7",
+        log[-1].split(",")[0],
+    )
+    assert (
+        r["started"]
+        == f"{run_dir[-15:-11]}-{run_dir[-11:-9]}-{run_dir[-9:-7]} {run_dir[-6:-4]}:{run_dir[-4:-2]}"
+    )
     for _ in range(2):
         path = results_csv.append("rows.csv", [r], results_csv.COLUMNS, out=str(tmp_path))
     with open(path) as f:
         lines = f.read().splitlines()
     assert lines[0] == ",".join(results_csv.COLUMNS) and len(lines) == 3 and lines[1] == lines[2]
     with pytest.raises(SystemExit, match="its header is not"):  # another layout: nothing appended
-        results_csv.append("rows.csv", [{k: r[k] for k in results_csv.COLUMNS[:-1]}], results_csv.COLUMNS[:-1],
-                           out=str(tmp_path))
+        results_csv.append(
+            "rows.csv",
+            [{k: r[k] for k in results_csv.COLUMNS[:-1]}],
+            results_csv.COLUMNS[:-1],
+            out=str(tmp_path),
+        )
     assert open(path).read().splitlines() == lines

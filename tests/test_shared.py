@@ -1,5 +1,6 @@
 """The contracts the three training scripts share (run directory, errors, workers), tested on
 each: ars.py, es_basic.py and es_openai.py."""
+
 import contextlib
 import glob
 import hashlib
@@ -14,7 +15,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, booby_trapped
 
 import ars
@@ -22,18 +22,35 @@ import es_basic
 import es_openai
 
 SCRIPTS = ("ars.py", "es_basic.py", "es_openai.py")
-LONG = ("ars.py", "es_openai.py")  # the scripts of long runs: resume, checkpoints, plot during the run
+LONG = (
+    "ars.py",
+    "es_openai.py",
+)  # the scripts of long runs: resume, checkpoints, plot during the run
 MODULES = {"ars.py": ars, "es_basic.py": es_basic, "es_openai.py": es_openai}
 TINY = {  # one short iteration on a cheap environment
     "ars.py": ["--env", "Pendulum-v1", "--n-directions", "2", "--top-b", "1"],
     "es_basic.py": ["--env", "CartPole-v1", "--population", "4", "--hidden", "4"],
-    "es_openai.py": ["--env", "Pendulum-v1", "--population", "4", "--hidden", "4", "--noise-size", "100000"],
+    "es_openai.py": [
+        "--env",
+        "Pendulum-v1",
+        "--population",
+        "4",
+        "--hidden",
+        "4",
+        "--noise-size",
+        "100000",
+    ],
 }
 
 
 def run(script, *argv, cwd=ROOT, timeout=120):
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *argv], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 class Out(NamedTuple):
@@ -61,8 +78,11 @@ def one_error_line(out, status=2):
 
 def digest(folder) -> dict:
     """Every file under folder with a hash of its bytes: equal digests, nothing written."""
-    return {os.path.relpath(p, folder): hashlib.sha256(open(p, "rb").read()).hexdigest()
-            for p in glob.glob(os.path.join(folder, "**"), recursive=True) if os.path.isfile(p)}
+    return {
+        os.path.relpath(p, folder): hashlib.sha256(open(p, "rb").read()).hexdigest()
+        for p in glob.glob(os.path.join(folder, "**"), recursive=True)
+        if os.path.isfile(p)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +91,20 @@ def runs(tmp_path_factory):
     out = {}
     for script in SCRIPTS:
         folder = tmp_path_factory.mktemp(script.replace(".py", ""))
-        done = run(script, *TINY[script], "--iterations", "1", "--eval-every", "1", "--eval-episodes", "1",
-                   "--workers", "1", "--out-dir", str(folder))
+        done = run(
+            script,
+            *TINY[script],
+            "--iterations",
+            "1",
+            "--eval-every",
+            "1",
+            "--eval-episodes",
+            "1",
+            "--workers",
+            "1",
+            "--out-dir",
+            str(folder),
+        )
         assert done.returncode == 0, done.stderr
         (out[script],) = glob.glob(str(folder / "*__*"))
     return out
@@ -86,21 +118,35 @@ def copy_of(runs, script, tmp_path) -> str:
 
 # ---------------------------------------------------------------- copies
 
+
 def test_the_helpers_copied_between_scripts_are_identical():
     """Each script reads alone, so the few helpers they share are copies, kept equal here."""
     import inspect
-    for name, copies in (("stream", (es_basic, ars, es_openai)), ("centered_ranks", (es_basic, es_openai)),
-                         ("check", (es_basic, ars, es_openai)), ("at_least", (es_basic, ars, es_openai)),
-                         ("start_ray", (ars, es_openai)), ("reset_env", (ars, es_openai)),
-                         ("plot", (ars, es_openai))):
-        assert len({inspect.getsource(getattr(m, name)).replace("es_openai", "ars") for m in copies}) == 1, name
+
+    for name, copies in (
+        ("stream", (es_basic, ars, es_openai)),
+        ("centered_ranks", (es_basic, es_openai)),
+        ("check", (es_basic, ars, es_openai)),
+        ("at_least", (es_basic, ars, es_openai)),
+        ("start_ray", (ars, es_openai)),
+        ("reset_env", (ars, es_openai)),
+        ("plot", (ars, es_openai)),
+        ("read_checkpoint", (es_basic, ars, es_openai)),
+    ):
+        assert (
+            len({inspect.getsource(getattr(m, name)).replace("es_openai", "ars") for m in copies})
+            == 1
+        ), name
     assert ars.COLUMNS[:11] == es_openai.COLUMNS[:11] == es_basic.COLUMNS.split()[:11]
 
 
 # ---------------------------------------------------------------- a run directory of another script
 
+
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_a_run_directory_of_another_script_is_refused_and_left_untouched(runs, script, tmp_path, capsys):
+def test_a_run_directory_of_another_script_is_refused_and_left_untouched(
+    runs, script, tmp_path, capsys
+):
     for other in SCRIPTS:
         if other == script:
             continue
@@ -111,7 +157,9 @@ def test_a_run_directory_of_another_script_is_refused_and_left_untouched(runs, s
             if script == "es_basic.py":  # it reads policy.npz alone, which no other script writes
                 assert "there is no file" in line and "policy.npz" in line
             else:
-                assert f"of {other}" in line and f"python {other}" in line and "run directory" in line
+                assert (
+                    f"of {other}" in line and f"python {other}" in line and "run directory" in line
+                )
         assert digest(run_dir) == before
 
 
@@ -123,10 +171,13 @@ def test_each_script_resumes_its_own_run(runs, script, tmp_path):
     assert cfg["script"] == script
     out = run(script, "--resume", run_dir, "--iterations", "2")
     assert out.returncode == 0, out.stderr
-    assert len(open(os.path.join(run_dir, "progress.csv")).read().splitlines()) == 3  # header and 2 rows
+    assert (
+        len(open(os.path.join(run_dir, "progress.csv")).read().splitlines()) == 3
+    )  # header and 2 rows
 
 
 # ---------------------------------------------------------------- flags with impossible values
+
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_an_empty_run_dir_is_refused_and_starts_no_run(script, tmp_path, capsys, monkeypatch):
@@ -146,16 +197,21 @@ def test_flags_of_another_mode_are_refused(runs, script, tmp_path, capsys, monke
     cases = [(["--video"], "with --play"), (["--episodes", "3"], "with --play")]
     if script == "es_openai.py":
         cases += [(["--play", run_dir, "--ray"], "--ray is for training")]
-        cases += [(["--play", run_dir, "--resume", run_dir], "--resume and --play: one at a time"),
-                  (["--play", run_dir, "--evaluate-snapshots", run_dir], "one at a time"),
-                  (["--evaluate-snapshots", run_dir, "--video"], "--video goes with --play"),
-                  (["--evaluate-snapshots", run_dir, "--ray"], "--ray is for training")]
+        cases += [
+            (["--play", run_dir, "--resume", run_dir], "--resume and --play: one at a time"),
+            (["--play", run_dir, "--evaluate-snapshots", run_dir], "one at a time"),
+            (["--evaluate-snapshots", run_dir, "--video"], "--video goes with --play"),
+            (["--evaluate-snapshots", run_dir, "--ray"], "--ray is for training"),
+        ]
     for argv, message in cases:
         assert message in one_error_line(call(capsys, script, *TINY[script], *argv)), argv
-    assert os.listdir(tmp_path) == [] and digest(run_dir) == before  # no training started, nothing written
+    assert (
+        os.listdir(tmp_path) == [] and digest(run_dir) == before
+    )  # no training started, nothing written
 
 
 # ---------------------------------------------------------------- resumed runs and files
+
 
 @pytest.mark.parametrize("script", LONG)
 def test_a_flag_that_would_change_a_resumed_run_is_refused(runs, script, tmp_path, capsys):
@@ -170,22 +226,39 @@ def test_a_flag_that_would_change_a_resumed_run_is_refused(runs, script, tmp_pat
 
 # ---------------------------------------------------------------- damaged checkpoints
 
-CHECKPOINT = {"ars.py": "checkpoints/latest.npz", "es_basic.py": "policy.npz",
-              "es_openai.py": "checkpoints/latest.npz"}
+CHECKPOINT = {
+    "ars.py": "checkpoints/latest.npz",
+    "es_basic.py": "policy.npz",
+    "es_openai.py": "checkpoints/latest.npz",
+}
 WEIGHTS = {"ars.py": "M", "es_basic.py": "theta", "es_openai.py": "theta"}
 VARIANCE = {"ars.py": "obs_m2", "es_openai.py": "ob_sumsq"}  # es_basic.py saves no statistics
-DAMAGES = ("missing", "empty", "not a zip", "cut short", "a bad CRC", "pickled", "no env",
-           "another script's", "another environment's", "a shape that does not fit",
-           "a negative counter", "a fractional counter", "weights not finite", "a negative variance")
+DAMAGES = (
+    "missing",
+    "empty",
+    "not a zip",
+    "cut short",
+    "a bad CRC",
+    "pickled",
+    "no env",
+    "another script's",
+    "another environment's",
+    "a shape that does not fit",
+    "a negative counter",
+    "a fractional counter",
+    "weights not finite",
+    "a negative variance",
+)
 
 
 def flip_last_byte_of(path: str, member: str):
     """Flips the last byte of the member's data inside the zip file: its CRC no longer matches."""
     import zipfile
+
     with zipfile.ZipFile(path) as z:
         info = z.getinfo(member)
     data = bytearray(open(path, "rb").read())
-    header = data[info.header_offset: info.header_offset + 30]
+    header = data[info.header_offset : info.header_offset + 30]
     name_length = int.from_bytes(header[26:28], "little")
     extra_length = int.from_bytes(header[28:30], "little")
     start = info.header_offset + 30 + name_length + extra_length
@@ -218,7 +291,9 @@ def damage(path: str, how: str, script: str, runs, marker: str):
     elif how == "no env":
         del saved["env"]
     elif how == "another environment's":  # an env whose spaces differ from the run's
-        saved["env"] = np.array("Acrobot-v1" if script == "es_basic.py" else "MountainCarContinuous-v0")
+        saved["env"] = np.array(
+            "Acrobot-v1" if script == "es_basic.py" else "MountainCarContinuous-v0"
+        )
     elif how == "a shape that does not fit":
         saved[weights] = np.concatenate([saved[weights], saved[weights][..., :1]], axis=-1)
     elif how == "a negative counter":
@@ -234,11 +309,16 @@ def damage(path: str, how: str, script: str, runs, marker: str):
 
 def state_of(folder) -> dict:
     """Every file under folder with its bytes' hash and its modification time."""
-    return {name: (sha, os.path.getmtime(os.path.join(folder, name))) for name, sha in digest(folder).items()}
+    return {
+        name: (sha, os.path.getmtime(os.path.join(folder, name)))
+        for name, sha in digest(folder).items()
+    }
 
 
-@pytest.mark.parametrize("script, how", [(s, h) for s in SCRIPTS for h in DAMAGES
-                                         if s in VARIANCE or h != "a negative variance"])
+@pytest.mark.parametrize(
+    "script, how",
+    [(s, h) for s in SCRIPTS for h in DAMAGES if s in VARIANCE or h != "a negative variance"],
+)
 def test_a_damaged_checkpoint_is_one_line_and_changes_nothing(runs, script, how, tmp_path, capsys):
     """Whatever is wrong with a checkpoint, every path that loads it (--play of the run directory
     or of the file, --resume) refuses it in one line naming the file, and nothing is written."""
@@ -257,11 +337,15 @@ def test_a_damaged_checkpoint_is_one_line_and_changes_nothing(runs, script, how,
 
 
 @pytest.mark.parametrize("script", LONG)
-def test_a_checkpoint_that_cannot_be_written_during_a_run_is_one_line(runs, script, tmp_path, capsys):
+def test_a_checkpoint_that_cannot_be_written_during_a_run_is_one_line(
+    runs, script, tmp_path, capsys
+):
     """The disk fills or the folder turns read-only mid-run: one line, and the last checkpoint,
     written whole and then renamed, is still there to resume from."""
     run_dir = copy_of(runs, script, tmp_path)
-    os.mkdir(os.path.join(run_dir, "checkpoints", "tmp.npz"))  # the next checkpoint cannot be written
+    os.mkdir(
+        os.path.join(run_dir, "checkpoints", "tmp.npz")
+    )  # the next checkpoint cannot be written
     line = one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2"))
     assert "cannot write" in line
     with np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False) as f:
@@ -282,27 +366,61 @@ def test_a_video_is_written_without_a_word_on_stderr(runs, script, tmp_path):
     """pygame draws the frames of Box2D and classic-control tasks; with no display its SDL would look
     for one and print an error line (XDG_RUNTIME_DIR) although the frames need no window."""
     run_dir = copy_of(runs, script, tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("SDL_VIDEODRIVER", "XDG_RUNTIME_DIR", "DISPLAY")}
-    out = subprocess.run([sys.executable, os.path.join(ROOT, script), "--play", run_dir, "--episodes", "1", "--video"],
-                         capture_output=True, text=True, timeout=120, env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SDL_VIDEODRIVER", "XDG_RUNTIME_DIR", "DISPLAY")
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, script),
+            "--play",
+            run_dir,
+            "--episodes",
+            "1",
+            "--video",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert glob.glob(os.path.join(run_dir, "video", "*.gif"))
 
 
 @pytest.mark.parametrize("script", LONG)
-def test_episode_length_caps_every_episode_and_an_endless_environment_needs_it(script, tmp_path, capsys):
+def test_episode_length_caps_every_episode_and_an_endless_environment_needs_it(
+    script, tmp_path, capsys
+):
     """Episodes last the environment's time limit unless --episode-length is given (ars.py,
     es_openai.py); an environment without a time limit is refused without it (an episode could
     last forever)."""
     import gymnasium as gym
+
     if "EndlessPendulum-v0" not in gym.registry:  # Pendulum without its TimeLimit
-        gym.register("EndlessPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv")
+        gym.register(
+            "EndlessPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv"
+        )
     argv = [a if a != "CartPole-v1" else "Pendulum-v1" for a in TINY[script]] + [
-        "--iterations", "1", "--eval-episodes", "1", "--workers", "1", "--out-dir", str(tmp_path)]
-    line = one_error_line(call(capsys, script, *[a if a != "Pendulum-v1" else "EndlessPendulum-v0" for a in argv]))
+        "--iterations",
+        "1",
+        "--eval-episodes",
+        "1",
+        "--workers",
+        "1",
+        "--out-dir",
+        str(tmp_path),
+    ]
+    line = one_error_line(
+        call(capsys, script, *[a if a != "Pendulum-v1" else "EndlessPendulum-v0" for a in argv])
+    )
     assert "has no time limit" in line and not os.listdir(tmp_path)
     assert "give --episode-length" in line
-    assert call(capsys, script, *argv, "--episode-length", "30").returncode == 0  # Pendulum's own limit: 200
+    assert (
+        call(capsys, script, *argv, "--episode-length", "30").returncode == 0
+    )  # Pendulum's own limit: 200
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__*"))
     header, row = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
     assert header.startswith("iteration,episodes,env_steps,")
@@ -312,19 +430,36 @@ def test_episode_length_caps_every_episode_and_an_endless_environment_needs_it(s
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_reached_target_is_reported_with_its_episodes_and_env_steps(script, tmp_path, capsys):
-    argv = TINY[script] + ["--iterations", "5", "--eval-every", "1", "--eval-episodes", "1", "--workers", "1",
-                           "--target-return=-1e9", "--out-dir", str(tmp_path)]
+    argv = TINY[script] + [
+        "--iterations",
+        "5",
+        "--eval-every",
+        "1",
+        "--eval-episodes",
+        "1",
+        "--workers",
+        "1",
+        "--target-return=-1e9",
+        "--out-dir",
+        str(tmp_path),
+    ]
     result = MODULES[script].main(argv)
     out = capsys.readouterr()
     assert result["status"] == "target" and result["iteration"] == 1
     if script == "es_basic.py":  # the closing line of every run: how it ended
-        assert f"target after iteration 1: {result['episodes']} episodes, {result['env_steps']} env steps" in out.err
+        assert (
+            f"target after iteration 1: {result['episodes']} episodes, {result['env_steps']} env steps"
+            in out.err
+        )
         return
-    assert (f"target -1000000000.0 reached at {'generation' if script == 'es_openai.py' else 'iteration'} 1: "
-            f"{result['episodes']} episodes, {result['env_steps']} env steps") in out.out
+    assert (
+        f"target -1000000000.0 reached at {'generation' if script == 'es_openai.py' else 'iteration'} 1: "
+        f"{result['episodes']} episodes, {result['env_steps']} env steps"
+    ) in out.out
 
 
 # ---------------------------------------------------------------- workers end with their master
+
 
 def children(pid: int) -> list:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
@@ -343,9 +478,23 @@ def running(pid: int) -> bool:
 def training(script, tmp_path, **popen):
     """A long two-worker run of the script in a session of its own, yielded once its first iteration
     is logged; whatever is left of the session is killed afterwards, if the test failed."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, script), *TINY[script], "--iterations", "100000",
-                             "--workers", "2", "--out-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True, **popen)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(ROOT, script),
+            *TINY[script],
+            "--iterations",
+            "100000",
+            "--workers",
+            "2",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
     try:
         for line in proc.stdout:
             if line.startswith(("it ", "gen ")):
@@ -377,21 +526,33 @@ def test_workers_end_when_their_master_is_killed(script, tmp_path):
 def test_kill_int_stops_a_run_started_in_the_background(script, tmp_path):
     """A job started in the background (`cmd &` in a script) begins with SIGINT ignored: the script
     installs its own handler, so kill -INT still stops it, with a checkpoint to resume from."""
-    with training(script, tmp_path, stderr=subprocess.PIPE,
-                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) as proc:
+    with training(
+        script,
+        tmp_path,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    ) as proc:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
         said = "interrupted after iteration" if script == "es_basic.py" else "--resume"
-        assert proc.returncode == 130 and said in err and "Traceback" not in err, (proc.returncode, err)
+        assert proc.returncode == 130 and said in err and "Traceback" not in err, (
+            proc.returncode,
+            err,
+        )
         (run_dir,) = glob.glob(str(tmp_path / "*__*"))
-        kept = "policy.npz" if script == "es_basic.py" else os.path.join("checkpoints", "latest.npz")
+        kept = (
+            "policy.npz" if script == "es_basic.py" else os.path.join("checkpoints", "latest.npz")
+        )
         assert os.path.isfile(os.path.join(run_dir, kept))
 
 
 # ---------------------------------------------------------------- stderr keeps to what matters
 
+
 @pytest.mark.parametrize("script", LONG)
-def test_mujocos_warning_about_gymnasiums_model_files_is_silenced(script, tmp_path, capfd, monkeypatch):
+def test_mujocos_warning_about_gymnasiums_model_files_is_silenced(
+    script, tmp_path, capfd, monkeypatch
+):
     mujoco = pytest.importorskip("mujoco")
     monkeypatch.chdir(tmp_path)
     previous = mujoco.get_mju_user_warning()
@@ -399,10 +560,16 @@ def test_mujocos_warning_about_gymnasiums_model_files_is_silenced(script, tmp_pa
         with pytest.raises(SystemExit):
             MODULES[script].main(["--help"])  # main filters the warnings first
         capfd.readouterr()
-        mujoco.MjModel.from_xml_string('<mujoco><compiler settotalmass="2"/><worldbody><body>'
-                                       '<freejoint/><geom size="1"/></body></worldbody></mujoco>')
-        assert capfd.readouterr().err == "" and os.listdir(tmp_path) == []  # no MUJOCO_LOG.TXT either
-        mujoco.get_mju_user_warning()("Nan, Inf or huge value in QACC at DOF 0 ")  # any other warning
+        mujoco.MjModel.from_xml_string(
+            '<mujoco><compiler settotalmass="2"/><worldbody><body>'
+            '<freejoint/><geom size="1"/></body></worldbody></mujoco>'
+        )
+        assert (
+            capfd.readouterr().err == "" and os.listdir(tmp_path) == []
+        )  # no MUJOCO_LOG.TXT either
+        mujoco.get_mju_user_warning()(
+            "Nan, Inf or huge value in QACC at DOF 0 "
+        )  # any other warning
         assert capfd.readouterr().err == "MuJoCo warning: Nan, Inf or huge value in QACC at DOF 0\n"
     finally:
         mujoco.set_mju_user_warning(previous)
@@ -411,5 +578,7 @@ def test_mujocos_warning_about_gymnasiums_model_files_is_silenced(script, tmp_pa
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_retired_environment_version_is_one_line(script, tmp_path, capsys):
     """HalfCheetah-v2, as old tutorials spell it: gymnasium raises an ImportError, not its own error."""
-    line = one_error_line(call(capsys, script, "--env", "HalfCheetah-v2", "--out-dir", str(tmp_path)))
+    line = one_error_line(
+        call(capsys, script, "--env", "HalfCheetah-v2", "--out-dir", str(tmp_path))
+    )
     assert "gymnasium-robotics" in line and os.listdir(tmp_path) == []

@@ -12,6 +12,7 @@ rates of each repetition, their medians, and the best of the repetitions iterati
 iteration. Every timed run becomes a row of docs/results/throughput.csv.
 How and why: docs/bench/replay.py.
 """
+
 import argparse
 import contextlib
 import os
@@ -19,19 +20,38 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import ars  # noqa: E402
 import numpy as np  # noqa: E402
 from replay import measure  # noqa: E402
+
+import ars  # noqa: E402
 
 
 def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) -> list:
     """Per iteration of ars.py: (training episodes, env steps, seconds of its training part:
     rollouts, update and statistics; evaluation excluded)."""
     with tempfile.TemporaryDirectory() as out:
-        args = ars.configure(ars.build_parser().parse_args(
-            ["--env", env_id, "--iterations", str(iterations), "--n-directions", str(n_directions),
-             "--top-b", str(n_directions), "--workers", str(workers), "--eval-every", str(10**6),
-             "--eval-episodes", "1", "--out-dir", out]))
+        args = ars.configure(
+            ars.build_parser().parse_args(
+                [
+                    "--env",
+                    env_id,
+                    "--iterations",
+                    str(iterations),
+                    "--n-directions",
+                    str(n_directions),
+                    "--top-b",
+                    str(n_directions),
+                    "--workers",
+                    str(workers),
+                    "--eval-every",
+                    str(10**6),
+                    "--eval-episodes",
+                    "1",
+                    "--out-dir",
+                    out,
+                ]
+            )
+        )
         devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
         try:
             ars.train(args)
@@ -45,21 +65,37 @@ def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) 
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = lambda message: p.exit(2, f"ars_throughput.py: error: {message}\n")  # one line, no usage block
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.error = lambda message: p.exit(
+        2, f"ars_throughput.py: error: {message}\n"
+    )  # one line, no usage block
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--n-directions", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
     if a.iterations < 2 or not 1 <= a.n_directions <= 10**4 or a.repeats < 1:
-        p.error("--iterations must be at least 2 (the first is left out), --n-directions 1 to 10000, "
-                "--repeats at least 1")
-    with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every forked process too
+        p.error(
+            "--iterations must be at least 2 (the first is left out), --n-directions 1 to 10000, "
+            "--repeats at least 1"
+        )
+    with contextlib.suppress(
+        ImportError
+    ):  # MuJoCo's settotalmass warning, in every forked process too
         __import__("mujoco").set_mju_user_warning(lambda message: None)
-    ars.configure(ars.build_parser().parse_args(["--env", a.env]))  # an unusable id: one line, exit 2
-    measure(ars, "ars.py", a.env, lambda workers: ars_training(a.env, workers, a.iterations, a.n_directions),
-            a.repeats, random_episodes=4 * a.n_directions)
+    ars.configure(
+        ars.build_parser().parse_args(["--env", a.env])
+    )  # an unusable id: one line, exit 2
+    measure(
+        ars,
+        "ars.py",
+        a.env,
+        lambda workers: ars_training(a.env, workers, a.iterations, a.n_directions),
+        a.repeats,
+        random_episodes=4 * a.n_directions,
+    )
 
 
 if __name__ == "__main__":

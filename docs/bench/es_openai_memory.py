@@ -9,6 +9,7 @@ map it, so the shared noise table counts once, not once per worker.
 Everything after -- goes to es_openai.py (or the --script given). Each run becomes a row of
 docs/results/memory.csv. Linux only (/proc/<pid>/smaps_rollup).
 """
+
 import os
 import subprocess
 import sys
@@ -38,19 +39,28 @@ def pss_kib(pid: int) -> int:
 
 
 def main():
-    own = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    own = sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
     if own in (["-h"], ["--help"]):
         print(__doc__.strip())
         return
-    script = own[1] if len(own) == 2 and own[0] == "--script" else os.path.join(ROOT, "es_openai.py")
+    script = (
+        own[1] if len(own) == 2 and own[0] == "--script" else os.path.join(ROOT, "es_openai.py")
+    )
     if own and not (len(own) == 2 and own[0] == "--script" and os.path.isfile(script)):
-        print("es_openai_memory.py: error: give --script FILE or nothing before --, es_openai.py's options after it",
-              file=sys.stderr)
+        print(
+            "es_openai_memory.py: error: give --script FILE or nothing before --, es_openai.py's options after it",
+            file=sys.stderr,
+        )
         sys.exit(2)
-    argv = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else ["--env", "HalfCheetah-v5", "--iterations", "3"]
+    argv = (
+        sys.argv[sys.argv.index("--") + 1 :]
+        if "--" in sys.argv
+        else ["--env", "HalfCheetah-v5", "--iterations", "3"]
+    )
     with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.Popen([sys.executable, script, *argv, "--out-dir", out],
-                                stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, script, *argv, "--out-dir", out], stdout=subprocess.DEVNULL
+        )
         peak, peak_procs = 0, 0
         while proc.poll() is None:
             pids = [proc.pid] + children(proc.pid)
@@ -60,13 +70,30 @@ def main():
             time.sleep(0.2)
     if proc.returncode != 0:  # es_openai.py said why on stderr
         sys.exit(proc.returncode)
-    print(f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak * 1024 / 1e9:.2f} GB) over {peak_procs} processes; "
-          f"exit status {proc.returncode}")
-    commit = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=os.path.dirname(os.path.abspath(script)),
-                            capture_output=True, text=True).stdout.strip()
-    row = dict(machine(), script=f"{os.path.basename(script)} at {commit}", options=" ".join(argv),
-               peak_pss_gib=round(peak / 2**20, 3), processes=peak_procs)
-    print(append("memory.csv", [row], "script options peak_pss_gib processes processor simd date commit".split()))
+    print(
+        f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak * 1024 / 1e9:.2f} GB) over {peak_procs} processes; "
+        f"exit status {proc.returncode}"
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"],
+        cwd=os.path.dirname(os.path.abspath(script)),
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    row = dict(
+        machine(),
+        script=f"{os.path.basename(script)} at {commit}",
+        options=" ".join(argv),
+        peak_pss_gib=round(peak / 2**20, 3),
+        processes=peak_procs,
+    )
+    print(
+        append(
+            "memory.csv",
+            [row],
+            "script options peak_pss_gib processes processor simd date commit".split(),
+        )
+    )
 
 
 if __name__ == "__main__":

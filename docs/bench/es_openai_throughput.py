@@ -12,27 +12,48 @@ Prints the rates of each repetition, their medians, and the best of the repetiti
 by generation; last, the per-step cost of the policy and of env.step as the workers measured
 them. Every timed run becomes a row of docs/results/throughput.csv. How and why: docs/bench/replay.py.
 """
+
 import argparse
 import contextlib
-import io
 import csv
+import io
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import es_openai as eo  # noqa: E402
 import numpy as np  # noqa: E402
 from replay import measure  # noqa: E402
 from results_csv import THROUGHPUT, append, machine  # noqa: E402
 
+import es_openai as eo  # noqa: E402
+
 
 def es_args(env_id: str, workers: int, iterations: int, population: int, extra: list, out: str):
     """es_openai.py's settings for a timed training (no evaluation), checked as the script checks them."""
-    return eo.configure(eo.build_parser().parse_args(
-        ["--env", env_id, "--iterations", str(iterations), "--population", str(population),
-         "--workers", str(workers), "--eval-every", str(10**6), "--eval-episodes", "1",
-         "--noise-size", "10000000", "--out-dir", out, *extra]))
+    return eo.configure(
+        eo.build_parser().parse_args(
+            [
+                "--env",
+                env_id,
+                "--iterations",
+                str(iterations),
+                "--population",
+                str(population),
+                "--workers",
+                str(workers),
+                "--eval-every",
+                str(10**6),
+                "--eval-episodes",
+                "1",
+                "--noise-size",
+                "10000000",
+                "--out-dir",
+                out,
+                *extra,
+            ]
+        )
+    )
 
 
 def es_training(env_id: str, workers: int, iterations: int, population: int, extra: list) -> tuple:
@@ -49,50 +70,86 @@ def es_training(env_id: str, workers: int, iterations: int, population: int, ext
             sys.stdout = devnull
         with open(os.path.join(out, os.listdir(out)[0], "progress.csv")) as f:
             rows = list(csv.DictReader(f))
-    gens = [(int(r["episodes_this_gen"]), int(r["timesteps_this_gen"]), float(r["time_gen_s"])) for r in rows]
-    policy = np.mean([float(r["time_policy_us_mean"]) for r in rows[1:]])  # the first generation also
-    env = np.mean([float(r["time_env_us_mean"]) for r in rows[1:]])  # creates each worker's environments
+    gens = [
+        (int(r["episodes_this_gen"]), int(r["timesteps_this_gen"]), float(r["time_gen_s"]))
+        for r in rows
+    ]
+    policy = np.mean(
+        [float(r["time_policy_us_mean"]) for r in rows[1:]]
+    )  # the first generation also
+    env = np.mean(
+        [float(r["time_env_us_mean"]) for r in rows[1:]]
+    )  # creates each worker's environments
     return gens, policy, env
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = lambda message: p.exit(2, f"es_openai_throughput.py: error: {message}\n")  # one line, no usage block
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.error = lambda message: p.exit(
+        2, f"es_openai_throughput.py: error: {message}\n"
+    )  # one line, no usage block
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--population", type=int, default=40)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--lockstep", type=int, help="es_openai.py's --lockstep (default: its own default)")
+    p.add_argument(
+        "--lockstep", type=int, help="es_openai.py's --lockstep (default: its own default)"
+    )
     a = p.parse_args()
     if a.iterations < 2 or a.repeats < 1:
         p.error("--iterations must be at least 2 (the first is left out), --repeats at least 1")
     err = io.StringIO()
     try:  # what es_openai.py itself would refuse (the environment, --population, --lockstep), before any timing
         with contextlib.redirect_stderr(err):
-            es_args(a.env, 1, a.iterations, a.population, [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
-                    "unused")  # nothing is written: the --out-dir is never made
+            es_args(
+                a.env,
+                1,
+                a.iterations,
+                a.population,
+                [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
+                "unused",
+            )  # nothing is written: the --out-dir is never made
     except SystemExit:
         p.error(err.getvalue().strip().split("error: ", 1)[-1].removesuffix(" (see --help)"))
-    with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every forked process too
+    with contextlib.suppress(
+        ImportError
+    ):  # MuJoCo's settotalmass warning, in every forked process too
         __import__("mujoco").set_mju_user_warning(lambda message: None)
     costs = []
 
     def training(workers: int) -> list:
-        gens, policy_us, env_us = es_training(a.env, workers, a.iterations, a.population,
-                                               [] if a.lockstep is None else ["--lockstep", str(a.lockstep)])
+        gens, policy_us, env_us = es_training(
+            a.env,
+            workers,
+            a.iterations,
+            a.population,
+            [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
+        )
         if workers == 1:
             rate = sum(n for _, n, _ in gens[1:]) / sum(t for _, _, t in gens[1:])
             costs.append((policy_us, env_us, env_us / (1e6 / rate)))
         return gens
 
     measure(eo, "es_openai.py", a.env, training, a.repeats, random_episodes=a.population)
-    policy_us, env_us, share = np.median(np.array(costs[1::2]), axis=0)  # not the recording run, nor the paired
+    policy_us, env_us, share = np.median(
+        np.array(costs[1::2]), axis=0
+    )  # not the recording run, nor the paired
     here = dict(machine(), bench="es_openai_throughput.py", env=a.env, workers=1, unit="us/step")
-    append("throughput.csv", [dict(here, run=f"es_openai.py's {part}, per step", repetition=r + 1, value=round(v, 2))
-                              for r, (policy, env, _) in enumerate(costs[1::2])  # the runs without the loop beside
-                              for part, v in (("policy", policy), ("env.step", env))], THROUGHPUT)
-    print(f"\nper step, 1 worker (medians): policy {policy_us:.1f} us, env.step {env_us:.1f} us "
-          f"(env.step is {share:.0%} of the worker's time)")
+    append(
+        "throughput.csv",
+        [
+            dict(here, run=f"es_openai.py's {part}, per step", repetition=r + 1, value=round(v, 2))
+            for r, (policy, env, _) in enumerate(costs[1::2])  # the runs without the loop beside
+            for part, v in (("policy", policy), ("env.step", env))
+        ],
+        THROUGHPUT,
+    )
+    print(
+        f"\nper step, 1 worker (medians): policy {policy_us:.1f} us, env.step {env_us:.1f} us "
+        f"(env.step is {share:.0%} of the worker's time)"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ A run's rate is the median of the steps_per_s column (the training part of an it
 over iterations 2 and later. Prints each repetition, then the medians and the ratios new / old;
 every timed run becomes a row of docs/results/throughput.csv, each script named with its commit.
 """
+
 import argparse
 import csv
 import glob
@@ -27,16 +28,34 @@ import gymnasium as gym
 import numpy as np
 from results_csv import THROUGHPUT, append, machine
 
-
-FLAGS = {"ars.py": ["--iterations", "10", "--n-directions", "8", "--top-b", "8"],
-         "es_openai.py": ["--iterations", "6", "--population", "40", "--noise-size", "10000000"]}
+FLAGS = {
+    "ars.py": ["--iterations", "10", "--n-directions", "8", "--top-b", "8"],
+    "es_openai.py": ["--iterations", "6", "--population", "40", "--noise-size", "10000000"],
+}
 
 
 def rate(script: str, env_id: str, workers: int) -> float:
     with tempfile.TemporaryDirectory() as out:
         own = FLAGS[os.path.basename(script)]
-        subprocess.run([sys.executable, script, "--env", env_id, *own, "--eval-every", "1000000", "--eval-episodes",
-                        "1", "--workers", str(workers), "--out-dir", out], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                script,
+                "--env",
+                env_id,
+                *own,
+                "--eval-every",
+                "1000000",
+                "--eval-episodes",
+                "1",
+                "--workers",
+                str(workers),
+                "--out-dir",
+                out,
+            ],
+            check=True,
+            capture_output=True,
+        )
         (path,) = glob.glob(os.path.join(out, "*", "progress.csv"))
         with open(path) as f:
             return statistics.median(float(r["steps_per_s"]) for r in list(csv.DictReader(f))[1:])
@@ -53,7 +72,9 @@ def bare_rate(env_id: str, episodes: int = 10) -> float:
     for seed in range(episodes):
         env.reset(seed=seed)
         n = env.spec.max_episode_steps or 1000
-        actions = rng.uniform(env.action_space.low, env.action_space.high, (n, env.action_space.shape[0]))
+        actions = rng.uniform(
+            env.action_space.low, env.action_space.high, (n, env.action_space.shape[0])
+        )
         step, t0 = env.step, time.perf_counter()
         for a in actions:
             steps += 1
@@ -66,39 +87,73 @@ def bare_rate(env_id: str, episodes: int = 10) -> float:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = lambda message: p.exit(2, f"old_new.py: error: {message}\n")  # one line, no usage block
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.error = lambda message: p.exit(
+        2, f"old_new.py: error: {message}\n"
+    )  # one line, no usage block
     p.add_argument("old")
     p.add_argument("new")
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
-    if a.repeats < 1 or not (os.path.isfile(a.old) and os.path.isfile(a.new)) or \
-            {os.path.basename(a.old), os.path.basename(a.new)} - set(FLAGS) or os.path.basename(a.old) != \
-            os.path.basename(a.new):
+    if (
+        a.repeats < 1
+        or not (os.path.isfile(a.old) and os.path.isfile(a.new))
+        or {os.path.basename(a.old), os.path.basename(a.new)} - set(FLAGS)
+        or os.path.basename(a.old) != os.path.basename(a.new)
+    ):
         p.error("give two ars.py or two es_openai.py files, and --repeats at least 1")
-    rates = {(who, w): [] for who in ("bare", "old", "new") for w in (1, 2) if who != "bare" or w == 1}
-    name = {"bare": "bare loop, random actions", **{who: f"{os.path.basename(path)} at " + subprocess.run(
-        ["git", "rev-parse", "--short=7", "HEAD"], cwd=os.path.dirname(os.path.abspath(path)), capture_output=True,
-        text=True).stdout.strip() for who, path in (("old", a.old), ("new", a.new))}}
+    rates = {
+        (who, w): [] for who in ("bare", "old", "new") for w in (1, 2) if who != "bare" or w == 1
+    }
+    name = {
+        "bare": "bare loop, random actions",
+        **{
+            who: f"{os.path.basename(path)} at "
+            + subprocess.run(
+                ["git", "rev-parse", "--short=7", "HEAD"],
+                cwd=os.path.dirname(os.path.abspath(path)),
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            for who, path in (("old", a.old), ("new", a.new))
+        },
+    }
     for k in range(a.repeats):
         rates["bare", 1].append(bare_rate(a.env))
         for w in (1, 2):
             for who, script in (("old", a.old), ("new", a.new)):
                 rates[who, w].append(rate(script, a.env, w))
-        print(f"repetition {k + 1}: " + ", ".join(f"{who} {w}w {r[-1]:,.0f}" for (who, w), r in rates.items()),
-              flush=True)
-        here = dict(machine(), bench=f"old_new.py {os.path.basename(a.new)}", env=a.env, unit="steps/s")
-        append("throughput.csv", [dict(here, run=name[who], workers=w, repetition=k + 1, value=round(r[-1], 1))
-                                  for (who, w), r in rates.items()], THROUGHPUT)
+        print(
+            f"repetition {k + 1}: "
+            + ", ".join(f"{who} {w}w {r[-1]:,.0f}" for (who, w), r in rates.items()),
+            flush=True,
+        )
+        here = dict(
+            machine(), bench=f"old_new.py {os.path.basename(a.new)}", env=a.env, unit="steps/s"
+        )
+        append(
+            "throughput.csv",
+            [
+                dict(here, run=name[who], workers=w, repetition=k + 1, value=round(r[-1], 1))
+                for (who, w), r in rates.items()
+            ],
+            THROUGHPUT,
+        )
     med = {key: statistics.median(r) for key, r in rates.items()}
     for w in (1, 2):
-        print(f"{w} worker(s): old {med['old', w]:,.0f}, new {med['new', w]:,.0f} steps/s, "
-              f"new / old {med['new', w] / med['old', w]:.3f}")
+        print(
+            f"{w} worker(s): old {med['old', w]:,.0f}, new {med['new', w]:,.0f} steps/s, "
+            f"new / old {med['new', w] / med['old', w]:.3f}"
+        )
     for who in ("old", "new"):
         per_core = statistics.median(r / b for r, b in zip(rates[who, 1], rates["bare", 1]))
-        print(f"{who}: 1 worker / bare loop {per_core:.3f} (median of the repetitions' ratios), "
-              f"2 workers / 1 = {med[who, 2] / med[who, 1]:.2f}x")
+        print(
+            f"{who}: 1 worker / bare loop {per_core:.3f} (median of the repetitions' ratios), "
+            f"2 workers / 1 = {med[who, 2] / med[who, 1]:.2f}x"
+        )
 
 
 if __name__ == "__main__":

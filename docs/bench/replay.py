@@ -34,6 +34,7 @@ tens of percent between repetitions. `measure` reports both:
   (`core_swings.py` of commit 015dbc7: r = -0.13 and 0.06 over 40 one-second windows), so there the pairing did not
   narrow the spread.
 """
+
 import argparse
 import contextlib
 import glob
@@ -70,8 +71,12 @@ class Recorder:
         self.total += float(out[1])
         if out[2] or out[3]:  # terminated or truncated
             name = os.path.join(self.folder, f"{os.getpid()}_{next(self.counter):06d}.npz")
-            np.savez(name, seed=np.array(-1 if self.seed is None else self.seed), actions=np.array(self.actions),
-                     returns=np.array(self.total))
+            np.savez(
+                name,
+                seed=np.array(-1 if self.seed is None else self.seed),
+                actions=np.array(self.actions),
+                returns=np.array(self.total),
+            )
         return out
 
 
@@ -156,8 +161,11 @@ def replay_parallel(module, env_id: str, folder: str, processes: int, skip: int 
     """Steps per second of `processes` bare loops at once, each replaying its share of the
     recorded episodes (from episode skip on): all their steps over the time of the slowest."""
     with mp.get_context("fork").Pool(processes) as pool:
-        done = pool.map(_replay_part, [(module.__name__, env_id, folder, i, processes, skip)
-                                       for i in range(processes)], chunksize=1)
+        done = pool.map(
+            _replay_part,
+            [(module.__name__, env_id, folder, i, processes, skip) for i in range(processes)],
+            chunksize=1,
+        )
     return sum(steps for steps, _ in done) / max(seconds for _, seconds in done)
 
 
@@ -168,7 +176,7 @@ def replay_groups(module, env_id: str, folder: str, sizes: list) -> list:
     seconds, i = [], 0
     for n in sizes:
         t0 = time.perf_counter()
-        for seed, actions, _ in episodes[i:i + n]:
+        for seed, actions, _ in episodes[i : i + n]:
             module.reset_env(env, seed)
             for a in actions:
                 env.step(a)
@@ -203,7 +211,9 @@ def beside(module, env_id: str, folder: str, skip: int, run):
     is one clock for all processes on Linux)."""
     ctx = mp.get_context("fork")
     stop, queue = ctx.Event(), ctx.Queue()
-    loop = ctx.Process(target=_replay_beside, args=(module.__name__, env_id, folder, skip, stop, queue))
+    loop = ctx.Process(
+        target=_replay_beside, args=(module.__name__, env_id, folder, skip, stop, queue)
+    )
     loop.start()
     time.sleep(0.5)  # the loop's environment is made and stepping before the run starts
     t0 = time.perf_counter()
@@ -216,7 +226,9 @@ def beside(module, env_id: str, folder: str, skip: int, run):
         loop.join()
     inside = [(t, n) for t, n in marks if t0 <= t <= t1]
     if len(inside) < 2:
-        raise SystemExit("the training was too short to time the loop beside it: give more iterations")
+        raise SystemExit(
+            "the training was too short to time the loop beside it: give more iterations"
+        )
     (ta, na), (tb, nb) = inside[0], inside[-1]
     return out, (nb - na) / (tb - ta)
 
@@ -231,17 +243,25 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
             recorded = train(1)
         sizes, steps = [e for e, _, _ in recorded], np.array([s for _, s, _ in recorded])
         episodes = load_episodes(folder)
-        lengths = [len(a) for _, a, _ in episodes][:sum(sizes)]  # the evaluation episode at the end left out
+        lengths = [len(a) for _, a, _ in episodes][
+            : sum(sizes)
+        ]  # the evaluation episode at the end left out
         got = np.add.reduceat(lengths, np.r_[0, np.cumsum(sizes)[:-1]])
         mismatches = replay(module, env_id, folder)[2]
         if not np.array_equal(got, steps):
-            raise SystemExit("the recorded episodes do not add up to the training's iterations: "
-                             f"{got.tolist()} against {steps.tolist()} steps")
-        print(f"recorded {sum(sizes):,} training episodes ({steps.sum():,} steps) in {len(sizes)} iterations; "
-              f"{mismatches} replayed episodes differ from the training's return\n")
-        print(f"| repetition | bare loop, training's episodes (1 core) | {script}, 1 worker | per-core ratio | "
-              f"{script}, 2 workers | speed-up 1 -> 2 | bare loop on 2 processes | its speed-up 1 -> 2 | "
-              f"bare loop, random actions | paired: {script}, 1 worker | bare loop beside it | paired ratio |")
+            raise SystemExit(
+                "the recorded episodes do not add up to the training's iterations: "
+                f"{got.tolist()} against {steps.tolist()} steps"
+            )
+        print(
+            f"recorded {sum(sizes):,} training episodes ({steps.sum():,} steps) in {len(sizes)} iterations; "
+            f"{mismatches} replayed episodes differ from the training's return\n"
+        )
+        print(
+            f"| repetition | bare loop, training's episodes (1 core) | {script}, 1 worker | per-core ratio | "
+            f"{script}, 2 workers | speed-up 1 -> 2 | bare loop on 2 processes | its speed-up 1 -> 2 | "
+            f"bare loop, random actions | paired: {script}, 1 worker | bare loop beside it | paired ratio |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         n = steps[1:].sum()
         runs = {"bare": [], "one": [], "two": []}
@@ -255,25 +275,62 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
             paired, bare_beside = beside(module, env_id, folder, sizes[0], lambda: train(1))
             one_paired = n / sum(t for _, _, t in paired[1:])
             bare, one, two = (n / sum(runs[k][-1]) for k in ("bare", "one", "two"))
-            rows.append((bare, one, one / bare, two, two / one, bare2, bare2 / bare, rand, one_paired, bare_beside,
-                         one_paired / bare_beside))
-            here = dict(machine(), bench=os.path.basename(sys.argv[0]), env=env_id, repetition=r + 1, unit="steps/s")
-            append("throughput.csv", [dict(here, run=run, workers=w, value=round(v, 1)) for run, w, v in (
-                ("bare loop, the training's episodes", 1, bare), (script, 1, one), (script, 2, two),
-                ("bare loop, the training's episodes", 2, bare2), ("bare loop, random actions", 1, rand),
-                (f"{script} beside a bare loop", 1, one_paired), (f"bare loop beside {script}", 1, bare_beside))],
-                   THROUGHPUT)
-            print(f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x | "
-                  f"{bare2:,.0f} | {bare2 / bare:.2f}x | {rand:,.0f} | {one_paired:,.0f} | {bare_beside:,.0f} | "
-                  f"{one_paired / bare_beside:.2f} |", flush=True)
+            rows.append(
+                (
+                    bare,
+                    one,
+                    one / bare,
+                    two,
+                    two / one,
+                    bare2,
+                    bare2 / bare,
+                    rand,
+                    one_paired,
+                    bare_beside,
+                    one_paired / bare_beside,
+                )
+            )
+            here = dict(
+                machine(),
+                bench=os.path.basename(sys.argv[0]),
+                env=env_id,
+                repetition=r + 1,
+                unit="steps/s",
+            )
+            append(
+                "throughput.csv",
+                [
+                    dict(here, run=run, workers=w, value=round(v, 1))
+                    for run, w, v in (
+                        ("bare loop, the training's episodes", 1, bare),
+                        (script, 1, one),
+                        (script, 2, two),
+                        ("bare loop, the training's episodes", 2, bare2),
+                        ("bare loop, random actions", 1, rand),
+                        (f"{script} beside a bare loop", 1, one_paired),
+                        (f"bare loop beside {script}", 1, bare_beside),
+                    )
+                ],
+                THROUGHPUT,
+            )
+            print(
+                f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x | "
+                f"{bare2:,.0f} | {bare2 / bare:.2f}x | {rand:,.0f} | {one_paired:,.0f} | {bare_beside:,.0f} | "
+                f"{one_paired / bare_beside:.2f} |",
+                flush=True,
+            )
     rows = np.array(rows)
     m, lo, hi = np.median(rows, axis=0), rows.min(axis=0), rows.max(axis=0)
-    print(f"| median of {repeats} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.2f} ({lo[2]:.2f}-{hi[2]:.2f}) | {m[3]:,.0f} | "
-          f"{m[4]:.2f}x ({lo[4]:.2f}-{hi[4]:.2f}) | {m[5]:,.0f} | {m[6]:.2f}x ({lo[6]:.2f}-{hi[6]:.2f}) | {m[7]:,.0f} | "
-          f"{m[8]:,.0f} | {m[9]:,.0f} | {m[10]:.2f} ({lo[10]:.2f}-{hi[10]:.2f}) |")
+    print(
+        f"| median of {repeats} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.2f} ({lo[2]:.2f}-{hi[2]:.2f}) | {m[3]:,.0f} | "
+        f"{m[4]:.2f}x ({lo[4]:.2f}-{hi[4]:.2f}) | {m[5]:,.0f} | {m[6]:.2f}x ({lo[6]:.2f}-{hi[6]:.2f}) | {m[7]:,.0f} | "
+        f"{m[8]:,.0f} | {m[9]:,.0f} | {m[10]:.2f} ({lo[10]:.2f}-{hi[10]:.2f}) |"
+    )
     best = {k: n / np.min(np.array(v), axis=0).sum() for k, v in runs.items()}
     best2 = rows[:, 5].max()
-    print(f"| best of {repeats}, iteration by iteration | {best['bare']:,.0f} | {best['one']:,.0f} | "
-          f"{best['one'] / best['bare']:.2f} | {best['two']:,.0f} | {best['two'] / best['one']:.2f}x | "
-          f"{best2:,.0f} (fastest run) | {best2 / best['bare']:.2f}x | {rows[:, 7].max():,.0f} (fastest run) | | | |")
+    print(
+        f"| best of {repeats}, iteration by iteration | {best['bare']:,.0f} | {best['one']:,.0f} | "
+        f"{best['one'] / best['bare']:.2f} | {best['two']:,.0f} | {best['two'] / best['one']:.2f}x | "
+        f"{best2:,.0f} (fastest run) | {best2 / best['bare']:.2f}x | {rows[:, 7].max():,.0f} (fastest run) | | | |"
+    )
     return {"rows": rows, "best": best}

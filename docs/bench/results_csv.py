@@ -12,6 +12,7 @@ progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s
 go to docs/results/<script>_<family>.csv: es_basic.py's solves; for the others BipedalWalker-v3
 apart, the MuJoCo tasks together. The benchmark scripts also import `machine` and `append` from here.
 """
+
 import argparse
 import csv
 import datetime
@@ -27,12 +28,32 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-NOT_FLAGS = {"env", "seed", "iterations", "out_dir", "workers", "save_every", "target_return", "resume", "play",
-             "episodes", "video", "video_every", "ray", "ray_address", "lockstep", "evaluate_snapshots"}
-COLUMNS = ("script env seed variant flags processor simd started commit target reached_iteration "
-           "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_std play_episodes "
-           "best_eval best_eval_iteration iterations episodes env_steps wall_time_s").split()
-THROUGHPUT = "bench env run workers repetition value unit processor simd date commit".split()  # throughput.csv
+NOT_FLAGS = {
+    "env",
+    "seed",
+    "iterations",
+    "out_dir",
+    "workers",
+    "save_every",
+    "target_return",
+    "resume",
+    "play",
+    "episodes",
+    "video",
+    "video_every",
+    "ray",
+    "ray_address",
+    "lockstep",
+    "evaluate_snapshots",
+}
+COLUMNS = (
+    "script env seed variant flags processor simd started commit target reached_iteration "
+    "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_std play_episodes "
+    "best_eval best_eval_iteration iterations episodes env_steps wall_time_s"
+).split()
+THROUGHPUT = (
+    "bench env run workers repetition value unit processor simd date commit".split()
+)  # throughput.csv
 
 
 def number(text: str) -> float:
@@ -44,15 +65,26 @@ def machine() -> dict:
     cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     name = re.search(r"model name\s*:\s*(.*)", cpu)
     flags = re.search(r"flags\s*:\s*(.*)", cpu)
-    git = [subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip() for args in (
-        ["rev-parse", "--short=7", "HEAD"], ["status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"])]
-    return dict(processor=re.sub(r"\((R|TM)\)| Processor| CPU .*| \d+-Core.*", "", name.group(1)).strip() if name
-                else "", simd=" ".join(f for f in ("avx2", "avx512f") if flags and f in flags.group(1).split()),
-                date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}",
-                commit=git[0] + ("-dirty" if git[1] else ""))  # dirty: files changed since that commit
+    git = [
+        subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        for args in (
+            ["rev-parse", "--short=7", "HEAD"],
+            ["status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/results"],
+        )
+    ]
+    return dict(
+        processor=re.sub(r"\((R|TM)\)| Processor| CPU .*| \d+-Core.*", "", name.group(1)).strip()
+        if name
+        else "",
+        simd=" ".join(f for f in ("avx2", "avx512f") if flags and f in flags.group(1).split()),
+        date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}",
+        commit=git[0] + ("-dirty" if git[1] else ""),
+    )  # dirty: files changed since that commit
 
 
-def append(name: str, rows: list, columns: list, out: str = os.path.join(ROOT, "docs", "results")) -> str:
+def append(
+    name: str, rows: list, columns: list, out: str = os.path.join(ROOT, "docs", "results")
+) -> str:
     """Add rows to docs/results/<name>, with the header if the file is new; returns the path."""
     path = os.path.join(out, name)
     new = not os.path.exists(path)
@@ -66,7 +98,9 @@ def append(name: str, rows: list, columns: list, out: str = os.path.join(ROOT, "
     return path
 
 
-def norm(value) -> str:  # (64, 64) or [64, 64] -> '64,64', as config.json's lists are compared below
+def norm(
+    value,
+) -> str:  # (64, 64) or [64, 64] -> '64,64', as config.json's lists are compared below
     return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
 
 
@@ -78,52 +112,99 @@ def row(run_dir: str, variant: str = None) -> dict:
     cfg = json.load(open(os.path.join(run_dir, "config.json")))
     with open(os.path.join(run_dir, "progress.csv")) as f:
         rows = list(csv.DictReader(f))
-    generic, presets = (module := importlib.import_module(script)).GENERIC, module.PRESETS  # today's preset
-    defaults = {k: v for k, v in vars(module.build_parser().parse_args([])).items() if v is not None}
+    generic, presets = (
+        (module := importlib.import_module(script)).GENERIC,
+        module.PRESETS,
+    )  # today's preset
+    defaults = {
+        k: v for k, v in vars(module.build_parser().parse_args([])).items() if v is not None
+    }
     preset = {**defaults, **generic, **presets.get(env, {})}
-    flags = [(f"--{k}" if cfg[k] else f"--no-{k}").replace("_", "-") if isinstance(cfg[k], bool) else
-             f"--{k.replace('_', '-')} {cfg[k]}" for k in sorted(preset) if k not in NOT_FLAGS and k in cfg
-             and cfg[k] is not None and str(cfg[k]).replace(" ", "").strip("[]") != norm(preset[k])]
+    flags = [
+        (f"--{k}" if cfg[k] else f"--no-{k}").replace("_", "-")
+        if isinstance(cfg[k], bool)
+        else f"--{k.replace('_', '-')} {cfg[k]}"
+        for k in sorted(preset)
+        if k not in NOT_FLAGS
+        and k in cfg
+        and cfg[k] is not None
+        and str(cfg[k]).replace(" ", "").strip("[]") != norm(preset[k])
+    ]
     versions = cfg.get("versions", {})
     simd = versions.get("simd") or (["avx512f"] if cfg.get("avx512") else [])
     target = cfg.get("target_return")
-    evals = [(r, number(r["eval_return_mean"])) for r in rows if not math.isnan(number(r["eval_return_mean"]))]
+    evals = [
+        (r, number(r["eval_return_mean"]))
+        for r in rows
+        if not math.isnan(number(r["eval_return_mean"]))
+    ]
     if cfg.get("confirm_episodes"):  # solved once K fresh episodes confirm the evaluation (ars.py)
-        reached = next((r for r in rows if target is not None and number(r.get("confirm_return_mean", ""))
-                        >= target), None)
+        reached = next(
+            (
+                r
+                for r in rows
+                if target is not None and number(r.get("confirm_return_mean", "")) >= target
+            ),
+            None,
+        )
     else:
         reached = next((r for r, e in evals if target is not None and e >= target), None)
     best = max(evals, key=lambda x: x[1]) if evals else None
     stamp = stamp or str(cfg.get("run_dir", "")).rsplit("__", 1)[-1]  # YYYYmmdd-HHMMSS
     played = os.path.join(run_dir, "play.txt")
-    play = re.search(r"mean return (\S+) \+- (\S+) over (\d+) episodes", open(played).read()) \
-        if os.path.exists(played) else None
+    play = (
+        re.search(r"mean return (\S+) \+- (\S+) over (\d+) episodes", open(played).read())
+        if os.path.exists(played)
+        else None
+    )
     last = rows[-1]
     return dict(
-        script=f"{script}.py", env=env, seed=int(seed), variant="__".join(variant), flags=" ".join(flags),
-        processor=versions.get("processor", ""), simd=" ".join(simd),
-        started=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}" if len(stamp) == 15 else "",
-        commit=(versions.get("git_commit") or cfg.get("git_commit") or "")[:7], target="" if target is None else target,
-        reached_iteration=reached["iteration"] if reached else "", reached_episodes=reached["episodes"] if reached
-        else "", reached_env_steps=reached["env_steps"] if reached else "",
+        script=f"{script}.py",
+        env=env,
+        seed=int(seed),
+        variant="__".join(variant),
+        flags=" ".join(flags),
+        processor=versions.get("processor", ""),
+        simd=" ".join(simd),
+        started=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
+        if len(stamp) == 15
+        else "",
+        commit=(versions.get("git_commit") or cfg.get("git_commit") or "")[:7],
+        target="" if target is None else target,
+        reached_iteration=reached["iteration"] if reached else "",
+        reached_episodes=reached["episodes"] if reached else "",
+        reached_env_steps=reached["env_steps"] if reached else "",
         reached_wall_time_s=reached["wall_time_s"] if reached else "",
-        confirm_return=reached.get("confirm_return_mean", "") if reached and reached.get(
-            "confirm_return_mean", "nan") != "nan" else "",
-        play_return=play.group(1) if play else "", play_std=play.group(2) if play else "",
+        confirm_return=reached.get("confirm_return_mean", "")
+        if reached and reached.get("confirm_return_mean", "nan") != "nan"
+        else "",
+        play_return=play.group(1) if play else "",
+        play_std=play.group(2) if play else "",
         play_episodes=play.group(3) if play else "",
-        best_eval=round(best[1], 2) if best else "", best_eval_iteration=best[0]["iteration"] if best else "",
-        iterations=last["iteration"], episodes=last["episodes"], env_steps=last["env_steps"],
-        wall_time_s=last["wall_time_s"])
+        best_eval=round(best[1], 2) if best else "",
+        best_eval_iteration=best[0]["iteration"] if best else "",
+        iterations=last["iteration"],
+        episodes=last["episodes"],
+        env_steps=last["env_steps"],
+        wall_time_s=last["wall_time_s"],
+    )
 
 
 def appended(run_dir: str, variant: str = None) -> dict:
     """The row of a run that just ended here: processor and SIMD of this machine."""
-    return dict(row(run_dir, variant), **{k: v for k, v in machine().items() if k in ("processor", "simd")})
+    return dict(
+        row(run_dir, variant), **{k: v for k, v in machine().items() if k in ("processor", "simd")}
+    )
 
 
 def family(r: dict) -> str:
-    kind = "solves" if r["script"] == "es_basic.py" else "bipedalwalker" if r["env"].startswith(
-        "BipedalWalker") else "mujoco"
+    kind = (
+        "solves"
+        if r["script"] == "es_basic.py"
+        else "bipedalwalker"
+        if r["env"].startswith("BipedalWalker")
+        else "mujoco"
+    )
     return f"{r['script'][:-3]}_{kind}.csv"
 
 
@@ -144,14 +225,25 @@ def tables(results: str) -> dict:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.error = lambda message: p.exit(2, f"results_csv.py: error: {message}\n")
-    p.add_argument("--results", default=os.path.join(ROOT, "docs", "bench", "results"),
-                   help="the folder of run directories to build every CSV from (default: docs/bench/results)")
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"), help="where the CSVs are (docs/results)")
+    p.add_argument(
+        "--results",
+        default=os.path.join(ROOT, "docs", "bench", "results"),
+        help="the folder of run directories to build every CSV from (default: docs/bench/results)",
+    )
+    p.add_argument(
+        "--out",
+        default=os.path.join(ROOT, "docs", "results"),
+        help="where the CSVs are (docs/results)",
+    )
     p.add_argument("--check", action="store_true", help="compare, write nothing")
     p.add_argument("--append", nargs="+", metavar="RUN_DIR", help="add these runs' rows instead")
-    p.add_argument("--variant", help="with --append: the rows' variant (default: from the folder name)")
+    p.add_argument(
+        "--variant", help="with --append: the rows' variant (default: from the folder name)"
+    )
     a = p.parse_args()
     if a.append:  # every row made before any is written
         for run_dir in a.append:
@@ -165,9 +257,16 @@ def main():
         p.error(f"no run directories in '{a.results}'")
     texts = tables(a.results)
     if a.check:  # every row the run directories give is in the CSV (rows appended since may follow)
-        stale = [n for n, t in texts.items() if not os.path.exists(os.path.join(a.out, n))
-                 or not set(t.splitlines()) <= set(open(os.path.join(a.out, n)).read().splitlines())]
-        print("\n".join(f"{n} lacks rows of its run directories" for n in stale) or "docs/results/ is up to date")
+        stale = [
+            n
+            for n, t in texts.items()
+            if not os.path.exists(os.path.join(a.out, n))
+            or not set(t.splitlines()) <= set(open(os.path.join(a.out, n)).read().splitlines())
+        ]
+        print(
+            "\n".join(f"{n} lacks rows of its run directories" for n in stale)
+            or "docs/results/ is up to date"
+        )
         sys.exit(1 if stale else 0)
     os.makedirs(a.out, exist_ok=True)
     for name, text in texts.items():

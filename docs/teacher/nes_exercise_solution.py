@@ -4,13 +4,23 @@ nes_exercise.py under "YOUR CODE HERE" (the given functions they call come from 
     python docs/teacher/nes_exercise_solution.py --check     # the checker on these five functions
     python docs/teacher/nes_exercise_solution.py             # the exercise solved: trains CartPole-v1
 """
+
 import os
 import signal
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from nes_exercise import (KEYS, centered_ranks, gym, n_outputs, np, pair_seeds,  # noqa: E402
-                          policy_shapes, rollout, sample_noise)
+from nes_exercise import (
+    KEYS,
+    centered_ranks,
+    gym,
+    n_outputs,
+    np,
+    pair_seeds,  # noqa: E402
+    policy_shapes,
+    rollout,
+    sample_noise,
+)
 
 PARTS = ("initial_policy", "mirrored_pair", "update_mean_policy", "evaluate_pair", "train")
 
@@ -21,11 +31,15 @@ def initial_policy(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
 
 def mirrored_pair(policy: dict, seed: int, sigma: float) -> tuple:
     eps = sample_noise(policy, seed)
-    return ({k: policy[k] + sigma * eps[k] for k in KEYS}, {k: policy[k] - sigma * eps[k] for k in KEYS})
+    return (
+        {k: policy[k] + sigma * eps[k] for k in KEYS},
+        {k: policy[k] - sigma * eps[k] for k in KEYS},
+    )
 
 
-def update_mean_policy(policy: dict, seeds: list, F_plus: np.ndarray, F_minus: np.ndarray,
-                       sigma: float, alpha: float) -> dict:
+def update_mean_policy(
+    policy: dict, seeds: list, F_plus: np.ndarray, F_minus: np.ndarray, sigma: float, alpha: float
+) -> dict:
     n = len(seeds)
     new = {k: policy[k].copy() for k in KEYS}
     for seed, fp, fm in zip(seeds, F_plus, F_minus):
@@ -40,13 +54,24 @@ def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple
     return seed, rollout(plus, env_name, seed), rollout(minus, env_name, seed)
 
 
-def train(env_name: str, executor, iterations: int, n_pairs: int, sigma: float, alpha: float,
-          seed: int = 0, hidden: int = 16, log=print) -> dict:
+def train(
+    env_name: str,
+    executor,
+    iterations: int,
+    n_pairs: int,
+    sigma: float,
+    alpha: float,
+    seed: int = 0,
+    hidden: int = 16,
+    log=print,
+) -> dict:
     env = gym.make(env_name)
     mu = initial_policy(env.observation_space.shape[0], n_outputs(env.action_space), hidden)
     for iteration in range(iterations):
-        futures = [executor.submit(evaluate_pair, mu, s, sigma, env_name)
-                   for s in pair_seeds(seed, iteration, n_pairs)]
+        futures = [
+            executor.submit(evaluate_pair, mu, s, sigma, env_name)
+            for s in pair_seeds(seed, iteration, n_pairs)
+        ]
         results = [f.result() for f in futures]  # only after every pair is submitted
         seeds = [r[0] for r in results]
         R = np.array([r[1] for r in results] + [r[2] for r in results])
@@ -58,6 +83,7 @@ def train(env_name: str, executor, iterations: int, n_pairs: int, sigma: float, 
 
 if __name__ == "__main__":  # the exercise with these five parts in place of the stubs
     import nes_exercise
+
     for name in PARTS:
         setattr(nes_exercise, name, globals()[name])
     signal.signal(signal.SIGINT, nes_exercise.stop)
