@@ -7,19 +7,19 @@ https://arxiv.org/abs/1803.07055; docs/ars.md derives the math, cited below as "
 """
 
 import argparse
-import contextlib
+import csv
+import ctypes
 import datetime
 import functools
 import json
 import math
-import multiprocessing as mp
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from multiprocessing.connection import wait
+from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
 
 import gymnasium as gym
 import numpy as np
@@ -38,59 +38,27 @@ PRESETS = {
     "Humanoid-v5": dict(
         alpha=0.02, nu=0.0075, n_directions=230, top_b=230, shift=5.0, iterations=1000
     ),
-    "BipedalWalker-v3": dict(
-        alpha=0.02,
-        nu=0.03,
-        n_directions=32,
-        top_b=16,
-        reward_clip=10.0,
-        iterations=1000,
-        eval_episodes=20,
-        target_return=300.0,
-        confirm_episodes=100,
-    ),  # docs/ars.md, "BipedalWalker-v3"
+    "BipedalWalker-v3": dict(  # docs/ars.md, "BipedalWalker-v3"
+        alpha=0.02, nu=0.03, n_directions=32, top_b=16, reward_clip=10.0, iterations=1000
+    ),
 }
-GENERIC = dict(
-    env="BipedalWalker-v3",
-    seed=0,
-    alpha=0.05,
-    nu=0.1,
-    n_directions=32,
-    top_b=16,
-    shift=0.0,
-    version=2,
-    reward_clip=0.0,
-    actions="clipped",
-    iterations=300,
-    eval_every=10,
-    eval_episodes=10,
-    save_every=10,
-    confirm_episodes=0,
-    out_dir="runs",
-)
-STEER = (
-    "iterations",
-    "workers",
-    "target_return",
-    "save_every",
-    "video_every",
-    "alpha",
-    "nu",
-    "ray",
-    "ray_address",
-)  # what --resume takes again: where a run goes on, or its step sizes
+PRESETS["BipedalWalker-v3"].update(eval_episodes=20, target_return=300.0, confirm_episodes=100)
+GENERIC = dict(env="BipedalWalker-v3", seed=0, out_dir="runs", iterations=300, save_every=10)
+GENERIC.update(alpha=0.05, nu=0.1, n_directions=32, top_b=16, version=2, actions="clipped")
+GENERIC.update(shift=0.0, reward_clip=0.0, eval_every=10, eval_episodes=10, confirm_episodes=0)
+# What --resume takes again: where a run goes on, or its step sizes.
+STEER = "iterations workers target_return save_every video_every alpha nu ray ray_address".split()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    presets = "; ".join(f"{env}: {preset}" for env, preset in PRESETS.items())
+    p = Parser(
         prog="ars.py",
         description=__doc__.split("\n")[0],
-        epilog=(
-            "presets: " + "; ".join(f"{e}: {d}" for e, d in PRESETS.items()) + f"; else: {GENERIC}"
-        ),
+        epilog=f"presets: {presets}; else: {GENERIC}",
     )
-    p.error = lambda message: p.exit(2, f"ars.py: error: {message} (see --help)\n")
-    a, n = p.add_argument, at_least  # unset flags come from the preset (below the banner)
+    a = p.add_argument  # unset flags come from the preset (below the banner)
+    n = at_least
     a("--env", help="gymnasium id with Box actions (default BipedalWalker-v3)")
     a("--seed", type=n(0), help="decides every random number of the run (default 0)")
     a("--iterations", type=n(0), help="T, updates of M (preset)")
@@ -121,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- the math (docs/ars.md, Eqs. 1-6) ----
-TRAIN, TRAIN_ENV, EVAL = 0, 1, 2  # first word of a stream key: what the stream is for
+# The first word of a random stream's name: what its numbers are for.
+TRAIN = 0
+TRAIN_ENV = 1
+EVAL = 2
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -154,8 +125,10 @@ def ars_update(M, direction, r_plus: np.ndarray, r_minus: np.ndarray, alpha: flo
 
 def merge_stats(a: tuple, b: tuple) -> tuple:
     """Eq. (6): Chan et al.'s parallel merge of (count, mean, m2) where m2 = sum (x - mean)^2."""
-    (na, mean_a, m2_a), (nb, mean_b, m2_b) = a, b
-    if (n := na + nb) == 0:
+    na, mean_a, m2_a = a
+    nb, mean_b, m2_b = b
+    n = na + nb
+    if n == 0:
         return a
     d = mean_b - mean_a
     return n, mean_a + d * (nb / n), m2_a + m2_b + d * d * (na * nb / n)
@@ -183,31 +156,34 @@ def rollout(
     M,
     mu,
     inv_sigma,
-    env_seed: int,
+    env_seed,
     shift=0.0,
     reward_clip=0.0,
     keep_obs=False,
     frames=None,
     clip_actions=True,
-) -> tuple:
+):
     """One episode of a = clip(M (x - mu) / sigma) (Eq. 2): (return, shaped return, length,
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
     W = M * inv_sigma  # the normalization folded into the matrix: a = W x - W mu, one product
     offset = -W @ mu
     # float64 bounds, as a is: np.maximum of float64 and float32 arrays costs nearly twice as much
-    low, high = env.action_space.low.astype(np.float64), env.action_space.high.astype(np.float64)
+    low = env.action_space.low.astype(np.float64)
+    high = env.action_space.high.astype(np.float64)
     if not clip_actions:  # the official code's raw actions (MuJoCo charges control on them)
-        low, high = np.full_like(low, -np.inf), np.full_like(high, np.inf)
-    dot, add, maximum, minimum, step = np.dot, np.add, np.maximum, np.minimum, env.step
+        low = np.full_like(low, -np.inf)
+        high = np.full_like(high, np.inf)
     x, _ = reset_env(env, env_seed)
     observed = [x] if keep_obs else None
-    total, shaped, steps = 0.0, 0.0, 0
+    total = 0.0
+    shaped = 0.0
+    steps = 0
     while True:  # the hot path: np.clip(W @ x + offset, low, high) in place, in fewer calls
-        a = dot(W, x)
-        add(a, offset, out=a)
-        maximum(a, low, out=a)
-        minimum(a, high, out=a)
-        x, r, terminated, truncated, _ = step(a)
+        a = np.dot(W, x)
+        np.add(a, offset, out=a)
+        np.maximum(a, low, out=a)
+        np.minimum(a, high, out=a)
+        x, r, terminated, truncated, _ = env.step(a)
         steps += 1
         total += r
         # Eq. (3)'s shaped reward: the paper's shift; the clip is our option (deviation)
@@ -222,64 +198,69 @@ def rollout(
     return float(total), float(shaped), steps, stats
 
 
-def job(env, args, params: tuple, kind: str, k: int) -> tuple:
-    """("train", k): direction k's pair (Eq. 3) on one env seed; ("eval", k): noiseless, raw."""
-    (iteration, M, mu, inv_sigma, nu), clip = params, args.actions == "clipped"
-    if kind == "train":
-        delta = sample_direction(args.seed, iteration, k, M.shape)
-        env_seed = int(stream(args.seed, TRAIN_ENV, iteration, k).integers(2**31))
-        return k, tuple(
-            rollout(
-                env,
-                M + sign * nu * delta,
-                mu,
-                inv_sigma,
-                env_seed,
-                args.shift,
-                args.reward_clip,
-                True,
-                clip_actions=clip,
-            )
-            for sign in (1, -1)
-        )
-    env_seed = int(stream(args.seed, EVAL, iteration, k).integers(2**31))
-    return k, rollout(env, M, mu, inv_sigma, env_seed, clip_actions=clip)
+def job(args, params: tuple, kind: str, k: int) -> tuple:
+    """("train", k): direction k's pair (Eq. 3) on one env seed, ((R+, ...), (R-, ...)); ("eval",
+    k): evaluation episode k of the noiseless policy. Runs in a worker."""
+    iteration, M, mu, inv_sigma, nu = params
+    env = env_of(args.env, args.episode_length)
+    clip = args.actions == "clipped"
+    if kind == "eval":
+        env_seed = int(stream(args.seed, EVAL, iteration, k).integers(2**31))
+        return rollout(env, M, mu, inv_sigma, env_seed, clip_actions=clip)
+    delta = sample_direction(args.seed, iteration, k, M.shape)
+    env_seed = int(stream(args.seed, TRAIN_ENV, iteration, k).integers(2**31))
+    shaping = dict(shift=args.shift, reward_clip=args.reward_clip, keep_obs=True, clip_actions=clip)
+    plus = rollout(env, M + nu * delta, mu, inv_sigma, env_seed, **shaping)
+    minus = rollout(env, M - nu * delta, mu, inv_sigma, env_seed, **shaping)
+    return plus, minus
+
+
+def run_jobs(pool, args, params: tuple, jobs: list) -> list:
+    """The results of jobs [(kind, k), ...] in their order, whichever worker ran each."""
+    try:
+        futures = [pool.submit(job, args, params, kind, k) for kind, k in jobs]
+        return [future.result() for future in futures]
+    except BrokenExecutor:  # a worker process died
+        raise WorkerDied("a worker process died") from None
+    except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}") from None
 
 
 # ---- training: Algorithm 2 of the paper (docs/ars.md, "Pseudocode") ----
 def ars_iteration(pool, state: dict, args) -> tuple:
     """N mirrored pairs, the update of M from the top b, the merge of the statistics."""
-    j, M, stats, N = state["iteration"], state["M"], state["stats"], args.n_directions
-    mu, inv_sigma, t0 = *normalizer(stats, args.version), time.time()  # frozen all along (Eq. 2)
-    out = pool.run((j, M, mu, inv_sigma, args.nu), [("train", k) for k in range(N)])  # Eq. (3)
-    plus, minus = [out[k][0] for k in range(N)], [out[k][1] for k in range(N)]  # (R, shaped, L, s)
+    j = state["iteration"]
+    M = state["M"]
+    stats = state["stats"]
+    N = args.n_directions
+    t0 = time.time()
+    mu, inv_sigma = normalizer(stats, args.version)  # frozen all along the iteration (Eq. 2)
+    pairs = run_jobs(pool, args, (j, M, mu, inv_sigma, args.nu), [("train", k) for k in range(N)])
+    plus = [pair[0] for pair in pairs]  # (R, shaped R, length, statistics) of each direction
+    minus = [pair[1] for pair in pairs]
+    r_plus = np.array([episode[1] for episode in plus])  # Eq. (3): the shaped returns
+    r_minus = np.array([episode[1] for episode in minus])
     direction = functools.partial(sample_direction, args.seed, j, shape=M.shape)  # delta_k again
-    r_plus, r_minus = np.array([e[1] for e in plus]), np.array([e[1] for e in minus])
     M_new, sigma_R = ars_update(M, direction, r_plus, r_minus, args.alpha, args.top_b)  # (4)-(5)
     for k in range(N):  # Eq. (6), in direction order: any worker count gives the same bits
         stats = merge_stats(merge_stats(stats, plus[k][3]), minus[k][3])
-    returns, lengths = (np.array([e[i] for e in plus + minus]) for i in (0, 2))  # (2N,) each
-    new = dict(
-        M=M_new,
-        iteration=j + 1,
-        episodes=state["episodes"] + 2 * N,
-        stats=stats,
-        env_steps=state["env_steps"] + int(lengths.sum()),
-    )
-    return new, dict(
-        returns=returns,
-        lengths=lengths,
-        sigma_R=sigma_R,
-        seconds=time.time() - t0,
-        step_norm=np.linalg.norm(M_new - M),
-        finite=all(np.isfinite(a).all() for a in (returns, M_new, stats[1], stats[2])),
-    )
+    returns = np.array([episode[0] for episode in plus + minus])  # (2N,)
+    lengths = np.array([episode[2] for episode in plus + minus])  # (2N,)
+    env_steps = state["env_steps"] + int(lengths.sum())
+    new = dict(M=M_new, iteration=j + 1, episodes=state["episodes"] + 2 * N, stats=stats)
+    new.update(env_steps=env_steps)
+    finite = all(np.isfinite(x).all() for x in (returns, M_new, stats[1], stats[2]))
+    info = dict(returns=returns, lengths=lengths, sigma_R=sigma_R, finite=finite)
+    info.update(seconds=time.time() - t0, step_norm=np.linalg.norm(M_new - M))
+    return new, info
 
 
 def evaluate(pool, state: dict, args, episodes: range) -> np.ndarray:  # the noiseless policy
-    params = (state["iteration"], state["M"], *normalizer(state["stats"], args.version), args.nu)
-    out = pool.run(params, [("eval", i) for i in episodes])
-    return np.array([out[i][0] for i in episodes])
+    mu, inv_sigma = normalizer(state["stats"], args.version)
+    params = (state["iteration"], state["M"], mu, inv_sigma, args.nu)
+    results = run_jobs(pool, args, params, [("eval", i) for i in episodes])
+    return np.array([episode[0] for episode in results])
 
 
 def train(args) -> dict:
@@ -293,21 +274,31 @@ def train(args) -> dict:
             due = new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations
             ev = evaluate(run.pool, new, args, range(args.eval_episodes)) if due else None
             screen = due and args.target_return is not None and ev.mean() >= args.target_return
-            E, K = args.eval_episodes, args.confirm_episodes  # fresh episodes confirm the screen
+            E = args.eval_episodes  # K fresh episodes confirm the screen
+            K = args.confirm_episodes
             confirm = evaluate(run.pool, new, args, range(E, E + K)) if screen and K else None
             run.log(new, info, ev, confirm)  # progress.csv, the progress line, the checkpoint
             confirmed = confirm is None or confirm.mean() >= args.target_return
-            state, reached = new, screen and confirmed
+            state, reached = new, screen and confirmed  # one statement: no stop between them
             if reached:  # logged: from here on a stop keeps this iteration, and its target
                 return run.end(state, "target")
         return run.end(state, "done")
     except (KeyboardInterrupt, WorkerDied) as e:  # Ctrl-C, SIGTERM, a dead worker: keep the last
-        return run.end(state, "target" if reached else f"stopped: {e}" if str(e) else "interrupted")
+        if reached:
+            return run.end(state, "target")
+        return run.end(state, f"stopped: {e}" if str(e) else "interrupted")
 
 
 # ---- plumbing: checks, workers, Ray, run directory, checkpoints, --play, main ----
 class WorkerDied(Exception):
-    """A rollout process or Ray actor is gone: the run stops with its last checkpoint."""
+    """A rollout process died, or a rollout failed: the run stops with its last checkpoint."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a user's mistake in one line: 'SCRIPT: error: ... (see --help)', status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
@@ -318,8 +309,10 @@ def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2,
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)
-        if not (value >= low if kind is int else low < value < math.inf):
-            raise argparse.ArgumentTypeError(f"must be {'>=' if kind is int else '>'} {low}")
+        if kind is int and not value >= low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}")
+        if kind is not int and not low < value < math.inf:
+            raise argparse.ArgumentTypeError(f"must be > {low}")
         return value
 
     return number
@@ -328,106 +321,82 @@ def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite flo
 def configure(args) -> argparse.Namespace:
     """--resume's saved options, then the preset; what no one flag can check; the workers."""
     if args.resume is not None:
-        fixed = {k for k, v in vars(args).items() if v is not None and v is not False}
-        fixed = sorted(fixed - {"resume", *STEER})  # given on the command line, and not in STEER
-        check(
-            not fixed,
-            f"--{', --'.join(fixed).replace('_', '-')} cannot change a resumed run; "
-            f"only --{', --'.join(STEER).replace('_', '-')} can",
-        )
+        given = {
+            key for key, value in vars(args).items() if value is not None and value is not False
+        }
+        fixed = sorted(given - {"resume", *STEER})  # given on the command line, and not in STEER
+        fixed_flags = ", --".join(fixed).replace("_", "-")
+        steer_flags = ", --".join(STEER).replace("_", "-")
+        check(not fixed, f"--{fixed_flags} cannot change a resumed run; only --{steer_flags} can")
         for key, value in read_config(args.resume).items():
             if getattr(args, key, False) is None and key not in ("workers", "ray_address"):
                 setattr(args, key, value)
-    for key, value in {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}.items():
-        setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
+    preset = {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     check(args.top_b <= args.n_directions, f"--top-b must be <= --n-directions {args.n_directions}")
     try:
-        obs, act = (env := gym.make(args.env)).observation_space, env.action_space
+        env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
-    check(
-        isinstance(act, gym.spaces.Box) and len(obs.shape or ()) == 1,
-        f"{args.env} has {act} "
-        "actions: ARS takes a flat Box of observations and Box actions (discrete: es_basic.py)",
-    )
-    check(
-        env.spec.max_episode_steps or args.episode_length,
-        f"{args.env} has no time limit: give --episode-length",
-    )
+    obs = env.observation_space
+    act = env.action_space
+    takes = "ARS takes a flat Box of observations and Box actions (discrete: es_basic.py)"
+    ok = isinstance(act, gym.spaces.Box) and len(obs.shape or ()) == 1
+    check(ok, f"{args.env} has {act} actions: {takes}")
+    limited = env.spec.max_episode_steps or args.episode_length
+    check(limited, f"{args.env} has no time limit: give --episode-length")
     args.dims = [act.shape[0], obs.shape[0]]  # M: (p, n)
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
-    ray = args.ray and start_ray(args.ray_address)  # found, or refused, before anything is written
-    args.workers = args.workers or (int(ray.cluster_resources()["CPU"]) if ray else os.cpu_count())
+    if args.ray:  # found, or refused, before anything is written
+        ray = start_ray(args.ray_address)
+        args.workers = args.workers or int(ray.cluster_resources()["CPU"])
+    args.workers = args.workers or os.cpu_count()
     return args
 
 
-def make_env(args, render=False):
-    kw = dict(max_episode_steps=args.episode_length) if args.episode_length else {}
-    env = gym.make(args.env, **kw, **({"render_mode": "rgb_array"} if render else {}))
-    if (
-        render
-        and (m := getattr(env.unwrapped, "model", None))
-        and "track"
-        in [  # MuJoCo: the
-            m.camera(i).name for i in range(m.ncam)
-        ]
-    ):  # camera that follows the body
-        env = gym.make(args.env, camera_name="track", render_mode="rgb_array", **kw)
+def make_env(env_id: str, episode_length=None, render=False):
+    """gymnasium's environment, its episodes cut at episode_length; render: its frames in RGB,
+    MuJoCo's from the camera that follows the body."""
+    kw = dict(max_episode_steps=episode_length) if episode_length else {}
+    if render:
+        kw["render_mode"] = "rgb_array"
+    env = gym.make(env_id, **kw)
+    model = getattr(env.unwrapped, "model", None)
+    if render and model is not None:
+        cameras = [model.camera(i).name for i in range(model.ncam)]
+        if "track" in cameras:
+            env = gym.make(env_id, camera_name="track", **kw)
     return env
+
+
+ENVS = {}  # this process's environments, by id and episode length: each made once
+
+
+def env_of(env_id: str, episode_length=None):  # (not functools.cache: Ray pickles it by value)
+    if (env_id, episode_length) not in ENVS:
+        ENVS[env_id, episode_length] = make_env(env_id, episode_length)
+    return ENVS[env_id, episode_length]
 
 
 def reset_env(env, seed: int):
     """env.reset(seed); BipedalWalker's old Box2D world would change the episode: a new one."""
-    if type(walker := env.unwrapped).__name__ == "BipedalWalker" and walker.terrain:
+    walker = env.unwrapped
+    if type(walker).__name__ == "BipedalWalker" and walker.terrain:
         walker._destroy()
         walker.world = type(walker.world)()
     return env.reset(seed=seed)
 
 
-def worker(conn, args):  # a rollout process: the parameters once per iteration, then job names
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every process: the master acts
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform == "linux":  # PR_SET_PDEATHSIG: end with the master, even one killed -9
-        __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)
-    env, params = make_env(args), None
-    while msg := conn.recv():
-        if msg[0] == "params":
-            params = msg[1]
-        else:
-            conn.send(job(env, args, params, *msg))
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
 
 
-class Workers:
-    """Processes started once per run; each iteration sends them the parameters once, then one job
-    at a time to whichever is free, so that long and short episodes balance out."""
-
-    def __init__(self, args):
-        ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
-        self.conns, self.procs = [], []
-        for _ in range(args.workers):  # the worker's end closed here before the next fork:
-            parent, child = ctx.Pipe()  # if the worker dies, its pipe ends (EOFError)
-            (p := ctx.Process(target=worker, args=(child, args), daemon=True)).start()
-            child.close()
-            self.conns, self.procs = self.conns + [parent], self.procs + [p]
-
-    def run(self, params: tuple, jobs: list) -> dict:
-        results, pending, free = {}, jobs[::-1], list(self.conns)
-        try:
-            [c.send(("params", params)) for c in self.conns]
-            while pending or len(free) < len(self.conns):
-                while free and pending:
-                    free.pop().send(pending.pop())
-                for c in wait([c for c in self.conns if c not in free]):
-                    k, results[k] = c.recv()
-                    free.append(c)
-        except (EOFError, OSError):  # a closed pipe: the process at its other end died
-            raise WorkerDied("a worker process died") from None
-        return results
-
-    def close(self):  # the episodes under way, if any, are not needed any more
-        for p in self.procs:
-            p.kill()
-            p.join()
+def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
+    if sys.platform == "linux":  # even a master killed with SIGKILL
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def start_ray(address):  # Ray is imported only for --ray: it stays optional
@@ -444,61 +413,50 @@ def start_ray(address):  # Ray is imported only for --ray: it stays optional
                 socket.create_connection((host, int(port)), timeout=10).close()
             ray.init(address=address, log_to_driver=False, include_dashboard=False)
         except Exception as e:  # a closed port; no cluster for 'auto'; ...
-            check(False, f"no Ray cluster answers at {address} ({getattr(e, 'strerror', 0) or e})")
+            reason = getattr(e, "strerror", None) or e
+            check(False, f"no Ray cluster answers at {address} ({reason})")
         signal.signal(signal.SIGTERM, handler)
     if __name__ != "__main__":  # imported (tests, notebooks): this file's code goes by value
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     return ray
 
 
-class RayWorker:  # a Ray actor: an environment, and the parameters fetched once per iteration
-    def __init__(self, args):
-        self.args, self.env, self.key, self.params = args, None, None, None
-
-    def run(self, key: int, ref: list, kind: str, k: int) -> tuple:
-        if self.key != key:  # ref = [reference]: a bare one would be fetched for every job
-            self.key, self.params = key, __import__("ray").get(ref[0])
-        self.env = self.env or make_env(self.args)
-        return job(self.env, self.args, self.params, kind, k)
+def make_pool(args):  # the workers: processes started at the first job, or Ray's
+    if args.ray:
+        return RayExecutor(args.ray_address)
+    return ProcessPoolExecutor(args.workers, initializer=init_worker)
 
 
-class RayPool:
-    """Workers' interface on Ray actors spread over the nodes. Ray restarts a lost actor and runs
-    its jobs again, 3 times at most: a job names its own randomness, so results do not change."""
+class RayExecutor:
+    """Ray tasks behind the part of ProcessPoolExecutor's interface the run uses: submit(fn,
+    *args) returns a Future. Tasks spread over the nodes; one whose worker is lost runs again, 3
+    times at most, with the same result (a job names its own randomness)."""
 
-    def __init__(self, args):
-        self.ray = ray = start_ray(args.ray_address)
-        actor = ray.remote(num_cpus=1, max_restarts=3, max_task_retries=3)(RayWorker)
-        self.actors = [
-            actor.options(scheduling_strategy="SPREAD").remote(args) for _ in range(args.workers)
-        ]
-        self.key = 0
+    def __init__(self, address):
+        self.ray = start_ray(address)
+        self.remote = {}
 
-    def run(self, params: tuple, jobs: list) -> dict:
-        ray, self.key, ref, pending, inflight, results = (
-            self.ray,
-            self.key + 1,
-            [self.ray.put(params)],
-            jobs[::-1],
-            {},
-            {},
-        )
-        for actor in self.actors * 2 + [None] * len(jobs):  # two jobs queued per actor, then as
-            if actor is None:  # results come: each freed actor takes the next job
-                done, _ = ray.wait(list(inflight), num_returns=1, timeout=300)
-                if not done:
-                    raise WorkerDied("no result from the Ray workers in 300 s")
-                try:
-                    k, results[k] = ray.get(done[0])
-                except ray.exceptions.RayActorError as e:
-                    raise WorkerDied(f"a Ray worker was lost 3 times ({str(e).splitlines()[0]})")
-                actor = inflight.pop(done[0])
-            if pending:
-                inflight[actor.run.remote(self.key, ref, *pending.pop())] = actor
-        return results
+    def submit(self, fn, *args):
+        if fn not in self.remote:
+            options = dict(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")
+            self.remote[fn] = self.ray.remote(**options)(fn)
+        return self.remote[fn].remote(*args).future()
 
-    def close(self):
-        [self.ray.kill(actor, no_restart=True) for actor in self.actors]
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass  # Ray's worker processes are Ray's
+
+
+def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = f.read()
+    versions = dict(numpy=np.__version__, gymnasium=gym.__version__)
+    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(dict(config, avx512="avx512f" in cpu), f, default=str)
 
 
 COLUMNS = (
@@ -512,85 +470,62 @@ class Run:
     """The run directory, the progress line, the checkpoints, the workers, how a run ends."""
 
     def __init__(self, args):
-        self.state = dict(
-            M=np.zeros(args.dims),
-            iteration=0,
-            episodes=0,
-            env_steps=0,
-            wall_time=0.0,
-            stats=(0, *np.zeros((2, args.dims[1]))),
-        )  # M_0 = 0
-        self.dir, self.args, self.ev, rows = args.resume, args, np.nan, []
+        self.args = args
+        self.ev = np.nan  # the last evaluation's mean, shown until the next one
+        p, n = args.dims
+        stats = (0, np.zeros(n), np.zeros(n))  # (count, mean, m2) of no state yet
+        self.state = dict(M=np.zeros((p, n)), iteration=0, episodes=0, env_steps=0, stats=stats)
+        self.state["wall_time"] = 0.0
+        rows = []
         if args.resume:  # the log up to the checkpoint: a resumed run redoes what came after it
+            self.dir = args.resume
             self.state = load_checkpoint(os.path.join(self.dir, "checkpoints", "latest.npz"), args)
-            rows = [
-                r
-                for r in open(os.path.join(self.dir, "progress.csv")).read().splitlines()[1:]
-                if int(r.split(",")[0]) <= self.state["iteration"]
-            ]
+            with open(os.path.join(self.dir, "progress.csv")) as f:
+                rows = list(csv.DictReader(f))
+            rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
+        else:
+            now = datetime.datetime.now()
+            self.dir = os.path.join(
+                args.out_dir, f"{args.env}__ars__{args.seed}__{now:%Y%m%d-%H%M%S}"
+            )
         try:
-            if not args.resume:
-                self.dir = os.path.join(
-                    args.out_dir,
-                    f"{args.env}__ars__{args.seed}__{datetime.datetime.now():%Y%m%d-%H%M%S}",
-                )
-                os.makedirs(os.path.join(self.dir, "checkpoints"))
-            git = subprocess.run(
-                "git rev-parse HEAD",
-                shell=True,
-                capture_output=True,
-                text=True,
-                cwd=os.path.dirname(os.path.abspath(__file__)),
-            ).stdout.strip()
-            cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-            with open(os.path.join(self.dir, "config.json"), "w") as f:
-                json.dump(
-                    {
-                        **vars(args),
-                        "script": "ars.py",
-                        "git_commit": git,
-                        "avx512": "avx512f" in cpu,
-                        "numpy": np.__version__,
-                        "gymnasium": gym.__version__,
-                    },
-                    f,
-                )
-            with open(os.path.join(self.dir, "progress.csv"), "w") as f:
-                f.write("\n".join([",".join(COLUMNS), *rows]) + "\n")
+            os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))
+            write_config(self.dir, args, "ars.py")
+            self.file = open(os.path.join(self.dir, "progress.csv"), "w")  # noqa: SIM115 (the run's)
         except OSError as e:
             check(False, f"cannot write {e.filename}: {e.strerror} (choose another --out-dir)")
-        self.csv, self.t0 = open(f.name, "a"), time.time() - self.state["wall_time"]
-        __import__("matplotlib.figure")  # here: a stop that cut this import short breaks every plot
-        self.pool = (RayPool if args.ray else Workers)(args)
+        self.csv = csv.DictWriter(self.file, COLUMNS, lineterminator="\n")
+        self.csv.writeheader()
+        self.csv.writerows(rows)
+        self.file.flush()
+        self.t0 = time.time() - self.state["wall_time"]
+        import matplotlib.figure  # noqa: F401 (here: a stop that cut this import short breaks plots)
+
+        self.pool = make_pool(args)
         print(f"run directory: {self.dir}", flush=True)
 
     def log(self, state: dict, info: dict, ev, confirm):
-        a, it, R, L = self.args, state["iteration"], info["returns"], info["lengths"]
+        a = self.args
+        it = state["iteration"]
+        R = info["returns"]
+        L = info["lengths"]
         state["wall_time"] = time.time() - self.t0
-        ev, confirm = (np.array([np.nan]) if x is None else x for x in (ev, confirm))
-        speed, self.ev = L.sum() / info["seconds"], self.ev if np.isnan(ev).all() else ev.mean()
-        print(
-            it,
-            state["episodes"],
-            state["env_steps"],
-            round(state["wall_time"], 2),
-            R.mean(),
-            R.std(),
-            R.min(),
-            R.max(),
-            ev.mean(),
-            ev.std() if ev.size > 1 else np.nan,
-            round(speed, 1),
-            info["sigma_R"],
-            info["step_norm"],
-            np.linalg.norm(state["M"]),
-            L.mean(),
-            state["stats"][0],
-            confirm.mean(),
-            sep=",",
-            file=self.csv,
-            flush=True,
-        )
+        speed = L.sum() / info["seconds"]
+        if ev is None:
+            ev = np.array([np.nan])
+        else:
+            self.ev = ev.mean()
+        if confirm is None:
+            confirm = np.array([np.nan])
+        row = dict(iteration=it, episodes=state["episodes"], env_steps=state["env_steps"])
+        row.update(wall_time_s=round(state["wall_time"], 2), steps_per_s=round(speed, 1))
+        row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
+        row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
+        row.update(sigma_R=info["sigma_R"], step_norm=info["step_norm"])
+        row.update(M_norm=np.linalg.norm(state["M"]), mean_length=L.mean())
+        row.update(obs_count=state["stats"][0], confirm_return_mean=confirm.mean())
+        self.csv.writerow(row)
+        self.file.flush()
         eta = (a.iterations - it) * state["wall_time"] / it / 60
         print(
             f"it {it:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
@@ -600,81 +535,68 @@ class Run:
         )
         if it % a.save_every == 0 or not np.isnan(ev).all():
             save_checkpoint(self.dir, state, a.env)
-            plot(self.dir, f"ARS V{a.version}{'-t' * (a.top_b < a.n_directions)} on {a.env}")
+            variant = f"V{a.version}-t" if a.top_b < a.n_directions else f"V{a.version}"
+            plot(self.dir, f"ARS {variant} on {a.env}")
         if a.video_every and it % a.video_every == 0:
             write_gif(a, state, os.path.join(self.dir, "video", f"iter_{it:06d}.gif"), it)
 
     def end(self, state: dict, status: str) -> dict:
         """Stops the workers; the last logged state checkpointed and plotted; the last line."""
-        self.pool.close()
-        self.csv.close()
-        save_checkpoint(self.dir, state, self.args.env)
-        c, a = state, self.args  # the plot, once an iteration is logged, gives the best evaluation
-        best, at = plot(self.dir, f"ARS on {a.env}") if c["iteration"] else (np.nan, 0)
-        done = f"{c['iteration']}: {c['episodes']} episodes, {c['env_steps']} env steps"
-        print(
-            {
-                "target": f"target {a.target_return} reached at iteration {done}",
-                "done": (
-                    f"done, iteration {done}"
-                    + (
-                        f"; the target {a.target_return} was not reached: the best"
-                        f" evaluation was {best:.1f}, at iteration {at:.0f}"
-                        if a.target_return
-                        else ""
-                    )
-                ),
-                "diverged": f"NaN or inf after iteration {done}; its checkpoint is kept (a smaller "
-                "--alpha or --nu?)",
-            }.get(status, f"{status}: resume with  python ars.py --resume {self.dir}"),
-            file=sys.stdout if status in ("target", "done") else sys.stderr,
-        )
+        self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
+        self.file.close()
+        a = self.args
+        save_checkpoint(self.dir, state, a.env)
+        best = np.nan
+        at = 0
+        if state["iteration"]:  # the plot gives the best evaluation
+            best, at = plot(self.dir, f"ARS on {a.env}")
+        done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"
+        if status == "target":
+            message = f"target {a.target_return} reached at iteration {done}"
+        elif status == "done":
+            message = f"done, iteration {done}"
+            if a.target_return is not None:
+                message += f"; the target {a.target_return} was not reached: the best evaluation "
+                message += f"was {best:.1f}, at iteration {at:.0f}"
+        elif status == "diverged":
+            message = (
+                f"NaN or inf after iteration {done}; its checkpoint is kept (a smaller --alpha "
+            )
+            message += "or --nu?)"
+        else:
+            message = f"{status}: resume with  python ars.py --resume {self.dir}"
+        print(message, file=sys.stdout if status in ("target", "done") else sys.stderr)
         return dict(state, run_dir=self.dir, status=status)
 
 
 def save_checkpoint(run_dir: str, state: dict, env_id: str):  # written whole, then renamed
-    (n, mean, m2), c = state["stats"], {k: v for k, v in state.items() if k != "stats"}
+    count, mean, m2 = state["stats"]
+    saved = {key: value for key, value in state.items() if key != "stats"}
+    saved.update(env=env_id, obs_count=count, obs_mean=mean, obs_m2=m2)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # a stop
     try:  # waits for the files
         for name in (f"iter_{state['iteration']:06d}.npz", "latest.npz"):
-            np.savez(
-                tmp := os.path.join(run_dir, "checkpoints", "tmp.npz"),
-                **c,
-                env=env_id,
-                obs_count=n,
-                obs_mean=mean,
-                obs_m2=m2,
-            )
-            os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
+            save_npz(os.path.join(run_dir, "checkpoints", name), **saved)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
+    tmp = os.path.join(os.path.dirname(path), "tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
 def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
     p, n = args.dims
-    c = read_checkpoint(
-        path,
-        dict(
-            M=((p, n), "finite"),
-            obs_mean=((n,), "finite"),
-            obs_m2=((n,), "nonnegative"),
-            obs_count=((), "count"),
-            iteration=((), "count"),
-            episodes=((), "count"),
-            env_steps=((), "count"),
-            wall_time=((), "nonnegative"),
-            env=((), "any"),
-        ),
-        args.env,
-    )
-    return dict(
-        M=c["M"],
-        iteration=int(c["iteration"]),
-        episodes=int(c["episodes"]),
-        env_steps=int(c["env_steps"]),
-        wall_time=float(c["wall_time"]),
-        stats=(int(c["obs_count"]), c["obs_mean"], c["obs_m2"]),
-    )
+    fields = dict(M=((p, n), "finite"), obs_mean=((n,), "finite"), obs_m2=((n,), "nonnegative"))
+    fields.update(obs_count=((), "count"), iteration=((), "count"), episodes=((), "count"))
+    fields.update(env_steps=((), "count"), wall_time=((), "nonnegative"), env=((), "any"))
+    c = read_checkpoint(path, fields, args.env)
+    stats = (int(c["obs_count"]), c["obs_mean"], c["obs_m2"])
+    state = dict(M=c["M"], iteration=int(c["iteration"]), episodes=int(c["episodes"]))
+    state.update(env_steps=int(c["env_steps"]), wall_time=float(c["wall_time"]), stats=stats)
+    return state
 
 
 def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
@@ -688,106 +610,103 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
     except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
         reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
         check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
-    missing = [name for name in fields if name not in saved]
-    check(
-        not missing,
-        f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
-        + ", ".join(missing),
-    )
-    check(
-        env_id in (None, str(saved["env"])),
-        f"the checkpoint '{path}' is for {saved['env']}, not {env_id}",
-    )
+    missing = ", ".join(name for name in fields if name not in saved)
+    script = os.path.basename(__file__)
+    check(not missing, f"'{path}' is no checkpoint of {script}: it has no {missing}")
+    if env_id is not None:
+        check(
+            saved["env"] == env_id, f"the checkpoint '{path}' is for {saved['env']}, not {env_id}"
+        )
     for name, (shape, kind) in fields.items():
-        x, damaged = saved[name], f"the checkpoint '{path}' is damaged: its {name}"
+        x = saved[name]
+        damaged = f"the checkpoint '{path}' is damaged: its {name}"
         check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
         if kind == "count":
             check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
-        elif kind == "finite":
+        if kind in ("finite", "nonnegative"):
             check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
-        elif kind == "nonnegative":
-            check(
-                x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
-                f"{damaged} is not finite and >= 0",
-            )
+        if kind == "nonnegative":
+            check((x >= 0).all(), f"{damaged} is negative")
     return saved
 
 
-def read_config(run_dir: str) -> dict:  # config.json of a run directory of ars.py
+def read_config(run_dir: str) -> dict:  # config.json of a run directory of this script
+    script = os.path.basename(__file__)
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
-            by = (cfg := json.load(f)).get("script")
+            config = json.load(f)
+        by = config.get("script")
     except (OSError, ValueError, AttributeError):
         by = None
-    check(
-        by == "ars.py",
-        f"'{run_dir}' is a run directory of {by}, not of ars.py; use python {by} with it"
-        if by
-        else f"'{run_dir}' is not a run directory of ars.py",
-    )
-    return cfg
+    if by is None:
+        check(False, f"'{run_dir}' is not a run directory of {script}")
+    check(by == script, f"'{run_dir}' is a run directory of {by}, not of {script}; use python {by}")
+    return config
 
 
 def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best evaluation
     from matplotlib.figure import Figure
 
     c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
-    ev, ax = c["eval_return_mean"], (fig := Figure((7, 4), layout="tight")).subplots()
+    ev = c["eval_return_mean"]
     ok = ~np.isnan(ev)
+    fig = Figure((7, 4), layout="tight")
+    ax = fig.subplots()
     ax.fill_between(c["env_steps"], c["return_min"], c["return_max"], alpha=0.2, label="range")
     ax.plot(c["env_steps"], c["return_mean"], label="training (mean)")
     ax.plot(c["env_steps"][ok], ev[ok], "o-", label="evaluation (mean)")
     ax.set(xlabel="environment steps", ylabel="return", title=title)
     ax.legend(loc="lower right")
     fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
-    return (np.nanmax(ev), c["iteration"][np.nanargmax(ev)]) if ok.any() else (np.nan, 0)
+    if not ok.any():
+        return np.nan, 0
+    return np.nanmax(ev), c["iteration"][np.nanargmax(ev)]
+
+
+def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
+    from PIL import Image  # comes with matplotlib
+
+    images = [Image.fromarray(frame[::2, ::2]) for frame in frames]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
 
 
 def write_gif(args, state: dict, path: str, key: int = 10**6) -> str:
-    """Evaluation episode 0 of iteration `key` as a GIF, every second frame at half size."""
-    from PIL import Image  # comes with matplotlib
-
+    """Evaluation episode 0 of iteration `key` as a GIF of every second frame."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
     os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
     mu, inv_sigma = normalizer(state["stats"], args.version)
-    frames, env_seed = [], int(stream(args.seed, EVAL, key, 0).integers(2**31))
-    rollout(
-        make_env(args, render=True),
-        state["M"],
-        mu,
-        inv_sigma,
-        env_seed,
-        frames=frames,
-        clip_actions=args.actions == "clipped",
-    )
-    images = [Image.fromarray(f[::2, ::2]) for f in frames[::2]]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
+    env = make_env(args.env, args.episode_length, render=True)
+    env_seed = int(stream(args.seed, EVAL, key, 0).integers(2**31))
+    frames = []
+    clip = args.actions == "clipped"
+    rollout(env, state["M"], mu, inv_sigma, env_seed, frames=frames, clip_actions=clip)
+    save_gif(frames[::2], path)
     return path
 
 
 def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXXXX.npz
-    ckpt = args.play if args.play.endswith(".npz") else f"{args.play}/checkpoints/latest.npz"
-    run_dir = args.play if ckpt != args.play else os.path.abspath(os.path.join(ckpt, "../.."))
-    cfg, args.seed, episodes = read_config(run_dir), args.seed or 0, args.episodes or 10
-    vars(args).update({k: cfg[k] for k in ("env", "version", "episode_length", "actions", "dims")})
-    state = load_checkpoint(ckpt, args)
+    if args.play.endswith(".npz"):
+        checkpoint = args.play
+        run_dir = os.path.abspath(os.path.join(checkpoint, "../.."))
+    else:
+        checkpoint = os.path.join(args.play, "checkpoints", "latest.npz")
+        run_dir = args.play
+    config = read_config(run_dir)
+    for key in ("env", "version", "episode_length", "actions", "dims"):
+        setattr(args, key, config[key])
+    args.seed = args.seed or 0
+    episodes = args.episodes or 10
+    state = load_checkpoint(checkpoint, args)
     if args.video:
         print(f"video: {write_gif(args, state, os.path.join(run_dir, 'video', f'{args.env}.gif'))}")
-    mu, inv_sigma, env = *normalizer(state["stats"], args.version), make_env(args)
-    R = np.array(
-        [
-            rollout(
-                env,
-                state["M"],
-                mu,
-                inv_sigma,
-                int(stream(args.seed, EVAL, 10**6, i).integers(2**31)),
-                clip_actions=args.actions == "clipped",
-            )[0]
-            for i in range(episodes)
-        ]
-    )
+    mu, inv_sigma = normalizer(state["stats"], args.version)
+    env = env_of(args.env, args.episode_length)
+    clip = args.actions == "clipped"
+    R = np.zeros(episodes)
+    for i in range(episodes):
+        env_seed = int(stream(args.seed, EVAL, 10**6, i).integers(2**31))
+        R[i] = rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=clip)[0]
     print(
         f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {episodes} episodes "
         f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {state['iteration']}"
@@ -795,29 +714,36 @@ def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXX
     return R
 
 
-def main(argv=None):
-    with contextlib.suppress(ImportError):  # MuJoCo 3.3+ warns of gymnasium's settotalmass, into
-        __import__("mujoco").set_mju_user_warning(
-            lambda m: (
-                "settotalmass" in m
-                or print(  # a file
-                    f"MuJoCo warning: {m.strip()}", file=sys.stderr
-                )
-            )
-        )  # in the current folder too
-    args = build_parser().parse_args(argv)
-    check(
-        args.play is not None or not (args.video or args.episodes),
-        "--video and --episodes go with --play RUN_DIR",
-    )
+def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalmass: not ours
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
+
+
+def quiet_mujoco():  # MuJoCo's warnings on stderr, not in a file in the current folder
     try:
-        result = play(args) if args.play is not None else train(configure(args))
+        import mujoco
+    except ImportError:
+        return
+    mujoco.set_mju_user_warning(mujoco_warning)
+
+
+def main(argv=None):
+    quiet_mujoco()
+    args = build_parser().parse_args(argv)
+    playing = args.play is not None
+    check(playing or not (args.video or args.episodes), "--video and --episodes go with --play")
+    try:
+        if playing:
+            return play(args)
+        result = train(configure(args))
     except OSError as e:  # a --video folder that takes no file, a disk full (the checkpoints stay)
         check(False, f"cannot write {e.filename}: {e.strerror}")
     except KeyboardInterrupt:  # during --play, or while a run starts
         sys.exit(130)
-    if args.play is None and result["status"] not in ("done", "target"):
-        sys.exit(130 if result["status"] == "interrupted" else 1)
+    if result["status"] == "interrupted":
+        sys.exit(130)
+    if result["status"] not in ("done", "target"):
+        sys.exit(1)
     return result
 
 

@@ -7,6 +7,8 @@ Learning", Algorithm 1, https://arxiv.org/abs/1703.03864; docs/es_basic.md deriv
 """
 
 import argparse
+import csv
+import ctypes
 import datetime
 import functools
 import json
@@ -22,28 +24,16 @@ import gymnasium as gym
 import numpy as np
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
-PRESETS = {  # sigma: noise std, alpha: step size, population n: episodes per iteration
+# sigma: noise std, alpha: step size, population n: episodes per iteration (docs/es_basic.md)
+PRESETS = {
     "CartPole-v1": dict(
-        sigma=0.1,
-        alpha=0.05,
-        population=50,
-        iterations=100,
-        eval_every=5,
-        eval_episodes=100,
-        target_return=475.0,
+        alpha=0.05, iterations=100, eval_every=5, eval_episodes=100, target_return=475.0
     ),
     "LunarLander-v3": dict(
-        sigma=0.1,
-        alpha=0.03,
-        population=200,
-        hidden=(),
-        iterations=500,
-        eval_every=10,
-        eval_episodes=100,
-        target_return=200.0,
+        population=200, hidden=(), iterations=500, eval_episodes=100, target_return=200.0
     ),
 }
-GENERIC = dict(
+GENERIC = dict(  # what a preset leaves unset, and every other environment
     sigma=0.1,
     alpha=0.03,
     population=50,
@@ -51,16 +41,15 @@ GENERIC = dict(
     iterations=200,
     eval_every=10,
     eval_episodes=20,
-)  # every other environment
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="es_basic.py",
         description=__doc__.split("\n")[0],
-        epilog=f"presets: {PRESETS}; any other environment: {GENERIC}",
+        epilog=f"presets: {PRESETS}; unset by a preset, and any other environment: {GENERIC}",
     )
-    p.error = lambda message: p.exit(2, f"es_basic.py: error: {message} (see --help)\n")
     a = p.add_argument  # the types (below the banner) refuse impossible values in one line
     a("--env", default="CartPole-v1", help="default CartPole-v1; Discrete or bounded Box actions")
     a("--seed", type=at_least(0), default=0, help="decides every random number (default 0)")
@@ -69,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--alpha", type=at_least(0, float), help="α, step size (typ. 0.01-0.1)")
     a("--population", type=at_least(2), help="n, episodes per iteration, even if mirrored")
     a("--no-mirror", dest="mirror", action="store_false", help="n independent eps_i, no pairs")
-    a("--fitness", choices=("rank", "standardize", "none"), default="rank", help="shaping, Eq. (4)")
+    a("--fitness", choices=("rank", "standardize", "none"), default="rank", help="Eq. (4)")
     a("--weight-decay", type=float, default=0.0, help="λ, L2 coefficient (typ. 0-0.01)")
     a("--hidden", type=sizes, help="hidden layer sizes: 16, 64,64, or '' for linear (preset)")
     a("--activation", choices=("tanh", "relu"), default="tanh", help="hidden nonlinearity")
@@ -79,13 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     a("--eval-episodes", type=at_least(1), help="episodes per evaluation (preset)")
     a("--target-return", type=float, help="stop once an evaluation's mean reaches it (preset)")
     a("--play", metavar="RUN_DIR", help="evaluate the policy saved in RUN_DIR, then exit")
-    a("--episodes", type=at_least(1), help="episodes for --play (default 10)")
+    a("--episodes", type=at_least(1), default=10, help="episodes for --play (default 10)")
     a("--video", action="store_true", help="with --play: RUN_DIR/video/<env>.gif of one episode")
     return p
 
 
 # ---- the math (docs/es_basic.md, Eqs. 1-6) ----
-NOISE, ENV, EVAL = 0, 1, 2  # the first word of a stream's name: what its numbers are for
+# The first word of a random stream's name: what its numbers are for.
+NOISE = 0
+ENV = 1
+EVAL = 2
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -112,7 +104,9 @@ def shape_fitness(R: np.ndarray, method: str) -> np.ndarray:
     """F_i from the returns R_i: centered ranks (Eq. 4), standardized returns, or R itself."""
     if method == "rank":
         return centered_ranks(R)
-    return (R - R.mean()) / (R.std() + 1e-8) if method == "standardize" else R
+    if method == "standardize":
+        return (R - R.mean()) / (R.std() + 1e-8)
+    return R
 
 
 def es_gradient(eps: np.ndarray, F: np.ndarray, sigma: float, mirror: bool) -> np.ndarray:
@@ -130,10 +124,14 @@ def n_weights(sizes: list) -> int:
 
 def unflatten(theta: np.ndarray, sizes: list) -> list:
     """Views [(W, b), ...] into theta: W of shape (n_out, n_in), then b of shape (n_out,)."""
-    layers, at = [], 0
+    layers = []
+    start = 0
     for n_in, n_out in zip(sizes, sizes[1:]):
-        W, at = theta[at : at + n_in * n_out].reshape(n_out, n_in), at + n_in * n_out
-        layers, at = layers + [(W, theta[at : at + n_out])], at + n_out
+        W = theta[start : start + n_in * n_out].reshape(n_out, n_in)
+        start += n_in * n_out
+        b = theta[start : start + n_out]
+        start += n_out
+        layers.append((W, b))
     return layers
 
 
@@ -141,21 +139,26 @@ def act(layers: list, obs: np.ndarray, activation: str, space):
     """The MLP's output y; Discrete: argmax over y, Box: tanh(y) squashed onto [low, high]."""
     for W, b in layers[:-1]:  # the hidden layers
         obs = np.tanh(W @ obs + b) if activation == "tanh" else np.maximum(W @ obs + b, 0.0)
-    y = layers[-1][0] @ obs + layers[-1][1]
-    if hasattr(space, "n"):
+    W, b = layers[-1]
+    y = W @ obs + b
+    if isinstance(space, gym.spaces.Discrete):
         return int(np.argmax(y))
     return space.low + (np.tanh(y) + 1.0) * 0.5 * (space.high - space.low)
 
 
 def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator, frames=None) -> tuple:
     """One episode of the policy theta, on an environment seed drawn from seeds: (R, length)."""
-    layers, (obs, _) = unflatten(theta, args.sizes), env.reset(seed=int(seeds.integers(2**31)))
-    total, steps, done = 0.0, 0, False
+    layers = unflatten(theta, args.sizes)
+    obs, _ = env.reset(seed=int(seeds.integers(2**31)))
+    total = 0.0
+    steps = 0
+    done = False
     while not done:
-        obs, r, terminated, truncated, _ = env.step(
-            act(layers, obs, args.activation, env.action_space)
-        )
-        total, steps, done = total + float(r), steps + 1, terminated or truncated
+        action = act(layers, obs, args.activation, env.action_space)
+        obs, r, terminated, truncated, _ = env.step(action)
+        total += float(r)
+        steps += 1
+        done = terminated or truncated
         if frames is not None:
             frames.append(env.render())
     return total, steps
@@ -164,8 +167,10 @@ def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator, frames=Non
 def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
     """Eq. (2): member j plays theta + sigma eps_j; mirrored, theta +/- sigma eps_(j // 2), the
     pair on one environment seed, so that its two returns differ by the noise alone."""
-    i, sign = (j // 2, 1.0 - 2.0 * (j % 2)) if args.mirror else (j, 1.0)
-    eps, env_seeds = sample_eps(args.seed, t, i, theta.size), stream(args.seed, ENV, t, i)
+    i = j // 2 if args.mirror else j
+    sign = -1.0 if args.mirror and j % 2 else 1.0
+    eps = sample_eps(args.seed, t, i, theta.size)
+    env_seeds = stream(args.seed, ENV, t, i)
     return rollout(env_of(args.env), theta + sign * args.sigma * eps, args, env_seeds)
 
 
@@ -176,10 +181,8 @@ def eval_episode(args, theta: np.ndarray, t: int, k: int) -> tuple:
 
 # ---- training: Algorithm 1 (docs/es_basic.md, "Pseudocode") ----
 def train(args) -> dict:
-    n, theta = (
-        args.population,
-        np.zeros(n_weights(args.sizes)),
-    )  # theta_0 = 0, as in the NES exercise: (d,)
+    n = args.population
+    theta = np.zeros(n_weights(args.sizes))  # theta_0 = 0, as in the NES exercise: (d,)
     run = Run(args, theta)  # the run directory, the progress line, the workers (below)
     try:
         for t in range(args.iterations):
@@ -192,10 +195,12 @@ def train(args) -> dict:
             theta = theta + args.alpha * g - args.alpha * args.weight_decay * theta
             if not (np.isfinite(theta).all() and np.isfinite(R).all()):
                 return run.end("diverged")  # the saved policy stays the last logged one
-            due = (t + 1) % args.eval_every == 0 or t + 1 == args.iterations
-            ev = run.episodes(eval_episode, theta, t + 1, args.eval_episodes)[0] if due else None
+            ev = None
+            if (t + 1) % args.eval_every == 0 or t + 1 == args.iterations:
+                ev, _ = run.episodes(eval_episode, theta, t + 1, args.eval_episodes)
             run.log(theta, R, lengths, g, ev)  # progress.csv, the progress line, the policy
-            if due and args.target_return is not None and ev.mean() >= args.target_return:
+            target = args.target_return
+            if ev is not None and target is not None and ev.mean() >= target:
                 return run.end("target")
         return run.end("done")
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run ends with what it logged
@@ -205,6 +210,13 @@ def train(args) -> dict:
 
 
 # ---- plumbing: checks, workers, run directory, plot, --play, main (not the algorithm) ----
+class Parser(argparse.ArgumentParser):
+    """argparse, with a user's mistake in one line: 'SCRIPT: error: ... (see --help)', status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
     if not ok:
         build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
@@ -213,8 +225,10 @@ def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2,
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)
-        if not (value >= low if kind is int else low < value < math.inf):
-            raise argparse.ArgumentTypeError(f"must be {'>=' if kind is int else '>'} {low}")
+        if kind is int and not value >= low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}")
+        if kind is not int and not low < value < math.inf:
+            raise argparse.ArgumentTypeError(f"must be > {low}")
         return value
 
     return number
@@ -225,146 +239,147 @@ def sizes(text: str) -> tuple:  # --hidden 64,64 -> (64, 64); '' -> () for a lin
 
 
 def configure(args) -> argparse.Namespace:  # the preset, what no one flag can check, the layers
-    for key, value in {**GENERIC, **PRESETS.get(args.env, {})}.items():
-        setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
-    check(
-        not args.mirror or args.population % 2 == 0,
-        "--population must be even with mirrored sampling (or add --no-mirror)",
-    )
+    preset = {**GENERIC, **PRESETS.get(args.env, {})}
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    even = not args.mirror or args.population % 2 == 0
+    check(even, "--population must be even with mirrored sampling (or add --no-mirror)")
     try:
-        obs, act = (env := gym.make(args.env)).observation_space, env.action_space
+        env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
+    obs = env.observation_space
+    act = env.action_space
     box = isinstance(act, gym.spaces.Box) and np.isfinite(np.r_[act.low, act.high]).all()
-    check(
-        len(obs.shape or ()) == 1 and (box or isinstance(act, gym.spaces.Discrete)),
-        f"{args.env}"
-        f": {obs}, {act}; es_basic.py takes Box observations, Discrete or bounded Box actions",
-    )
+    ok = len(obs.shape or ()) == 1 and (box or isinstance(act, gym.spaces.Discrete))
+    takes = "es_basic.py takes Box observations, Discrete or bounded Box actions"
+    check(ok, f"{args.env}: {obs}, {act}; {takes}")
     args.sizes = [obs.shape[0], *args.hidden, act.shape[0] if box else int(act.n)]
     return args
 
 
-env_of = functools.cache(gym.make)  # this process's environment, made for its first episode
+@functools.cache
+def env_of(env_id: str):  # this process's environment, made for its first episode
+    return gym.make(env_id)
 
 
-def init_worker():
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every process: the master acts
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
+
+
+def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
-    if sys.platform == "linux":  # PR_SET_PDEATHSIG: end with the master, even one killed -9
-        __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)
+    if sys.platform == "linux":  # even a master killed with SIGKILL
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = f.read()
+    versions = dict(numpy=np.__version__, gymnasium=gym.__version__)
+    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(dict(config, avx512="avx512f" in cpu), f, default=str)
 
 
 COLUMNS = (
     "iteration episodes env_steps wall_time_s return_mean return_std return_min return_max"
     " eval_return_mean eval_return_std steps_per_s grad_norm theta_norm mean_length elite"
-)
+).split()
 
 
 class Run:
     """The run directory, the progress line, and the workers (theta out, returns back)."""
 
     def __init__(self, args, theta):
-        self.dir = os.path.join(
-            args.out_dir,
-            f"{args.env}__es_basic__{args.seed}__{datetime.datetime.now():%Y%m%d-%H%M%S}",
-        )
+        now = datetime.datetime.now()
+        name = f"{args.env}__es_basic__{args.seed}__{now:%Y%m%d-%H%M%S}"
+        self.dir = os.path.join(args.out_dir, name)
         os.makedirs(self.dir)  # an OSError here: one line (main)
-        git = subprocess.run(
-            "git rev-parse HEAD",
-            shell=True,
-            capture_output=True,
-            text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__)),
-        ).stdout.strip()
-        cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-        with open(os.path.join(self.dir, "config.json"), "w") as f:  # with what numbers depend on
-            json.dump(
-                {
-                    **vars(args),
-                    "script": "es_basic.py",
-                    "git_commit": git,
-                    "numpy": np.__version__,
-                    "gymnasium": gym.__version__,
-                    "avx512": "avx512f" in cpu,
-                },
-                f,
-            )
-        self.csv = open(os.path.join(self.dir, "progress.csv"), "w")
-        print(*COLUMNS.split(), sep=",", file=self.csv)
-        self.args, self.theta, self.t0, self.last, self.ev = args, theta, time.time(), 0.0, np.nan
-        self.counts = dict(iteration=0, episodes=0, env_steps=0)
-        self.pool = args.workers > 1 and ProcessPoolExecutor(args.workers, initializer=init_worker)
+        write_config(self.dir, args, "es_basic.py")
+        self.file = open(os.path.join(self.dir, "progress.csv"), "w")  # noqa: SIM115 (the run's)
+        self.csv = csv.DictWriter(self.file, COLUMNS, lineterminator="\n")
+        self.csv.writeheader()
+        self.args = args
+        self.theta = theta
+        self.iteration = 0
+        self.episodes_so_far = 0
+        self.env_steps = 0
+        self.t0 = time.time()
+        self.last = 0.0  # when the last iteration was logged
+        self.ev = np.nan  # the last evaluation's mean, shown until the next one
+        self.pool = None
+        if args.workers > 1:
+            self.pool = ProcessPoolExecutor(args.workers, initializer=init_worker)
         print(f"run directory: {self.dir}", flush=True)
 
     def episodes(self, episode, theta: np.ndarray, t: int, n: int) -> tuple:
+        """(returns, lengths) of episode(args, theta, t, j) for j < n, in the order of j."""
         play = functools.partial(episode, self.args, theta, t)  # theta travels once per chunk
-        out = (
-            self.pool.map(play, range(n), chunksize=-(-n // self.args.workers))
-            if self.pool
-            else map(play, range(n))
-        )
-        return tuple(np.array(column) for column in zip(*out))  # (returns, lengths)
+        if self.pool is None:
+            out = map(play, range(n))
+        else:
+            out = self.pool.map(play, range(n), chunksize=-(-n // self.args.workers))
+        returns, lengths = zip(*out)
+        return np.array(returns), np.array(lengths)
 
     def log(self, theta, R, lengths, g, ev):
-        c, took, ev = self.counts, time.time() - self.t0, np.array([np.nan]) if ev is None else ev
-        c.update(
-            iteration=c["iteration"] + 1,
-            episodes=c["episodes"] + len(R),
-            env_steps=c["env_steps"] + int(lengths.sum()),
+        took = time.time() - self.t0
+        speed = lengths.sum() / (took - self.last)  # the iteration's steps per second
+        self.last = took
+        self.iteration += 1
+        self.episodes_so_far += len(R)
+        self.env_steps += int(lengths.sum())
+        self.theta = theta
+        if ev is None:
+            ev = np.array([np.nan])
+        else:
+            self.ev = ev.mean()
+        row = dict(iteration=self.iteration, episodes=self.episodes_so_far)
+        row.update(
+            env_steps=self.env_steps, wall_time_s=round(took, 2), steps_per_s=round(speed, 1)
         )
-        speed, self.last = lengths.sum() / (took - self.last), took  # the iteration's steps/s
-        self.theta, self.ev = theta, self.ev if np.isnan(ev).all() else ev.mean()
+        row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
+        row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
+        row.update(grad_norm=np.linalg.norm(g), theta_norm=np.linalg.norm(theta))
+        row.update(mean_length=lengths.mean(), elite=(R > R.mean()).sum())
+        self.csv.writerow(row)
+        self.file.flush()
+        eta = (self.args.iterations / self.iteration - 1) * took
         print(
-            c["iteration"],
-            c["episodes"],
-            c["env_steps"],
-            round(took, 2),
-            R.mean(),
-            R.std(),
-            R.min(),
-            R.max(),
-            ev.mean(),
-            ev.std() if ev.size > 1 else np.nan,
-            round(speed, 1),
-            np.linalg.norm(g),
-            np.linalg.norm(theta),
-            lengths.mean(),
-            (R.mean() < R).sum(),
-            sep=",",
-            file=self.csv,
-            flush=True,
-        )
-        eta = (self.args.iterations / c["iteration"] - 1) * took
-        print(
-            f"it {c['iteration']:5d} | eps {c['episodes']:7d} | steps {c['env_steps']:10,d} | "
-            f"return {R.mean():8.1f} (max {R.max():7.1f}) | eval {self.ev:7.1f} | {speed:6.0f} "
-            f"steps/s | {took:5.0f} s | ETA {eta:5.0f} s",
+            f"it {self.iteration:5d} | eps {self.episodes_so_far:7d} | steps {self.env_steps:10,d}"
+            f" | return {R.mean():8.1f} (max {R.max():7.1f}) | eval {self.ev:7.1f} | {speed:6.0f}"
+            f" steps/s | {took:5.0f} s | ETA {eta:5.0f} s",
             flush=True,
         )
 
     def end(self, status: str) -> dict:  # the workers stop; policy.npz, progress.png; the result
-        if self.pool:
+        if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
-        self.csv.close()
-        tmp, a, c = os.path.join(self.dir, "policy.tmp.npz"), self.args, self.counts
-        np.savez(
-            tmp,
-            theta=self.theta,
-            iteration=c["iteration"],
-            env=a.env,
-            sizes=a.sizes,
-            activation=a.activation,
-        )  # then renamed: never a half-written policy
-        os.replace(tmp, os.path.join(self.dir, "policy.npz"))
-        if c["iteration"]:
+        self.file.close()
+        a = self.args
+        policy = dict(theta=self.theta, iteration=self.iteration, env=a.env, sizes=a.sizes)
+        save_npz(os.path.join(self.dir, "policy.npz"), **policy, activation=a.activation)
+        if self.iteration:
             plot(self.dir, f"es_basic.py on {a.env}")
-        print(
-            f"{status} after iteration {c['iteration']}: {c['episodes']} episodes, "
-            f"{c['env_steps']} env steps",
-            file=sys.stderr if status != "done" else sys.stdout,
+        ended = sys.stdout if status == "done" else sys.stderr
+        done = f"{self.episodes_so_far} episodes, {self.env_steps} env steps"
+        print(f"{status} after iteration {self.iteration}: {done}", file=ended)
+        counts = dict(iteration=self.iteration, episodes=self.episodes_so_far)
+        return dict(
+            counts, env_steps=self.env_steps, theta=self.theta, status=status, run_dir=self.dir
         )
-        return dict(self.counts, theta=self.theta, status=status, run_dir=self.dir)
+
+
+def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
+    tmp = os.path.join(os.path.dirname(path), "tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
 
 
 def plot(run_dir: str, title: str):  # progress.png: returns, and elite members below them
@@ -372,7 +387,8 @@ def plot(run_dir: str, title: str):  # progress.png: returns, and elite members 
 
     c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
     ok = ~np.isnan(c["eval_return_mean"])
-    top, low = (fig := Figure((7, 5), layout="tight")).subplots(2, height_ratios=(3, 1))
+    fig = Figure((7, 5), layout="tight")
+    top, low = fig.subplots(2, height_ratios=(3, 1))
     top.fill_between(c["env_steps"], c["return_min"], c["return_max"], alpha=0.2, label="range")
     top.plot(c["env_steps"], c["return_mean"], label="training (mean)")
     top.plot(c["env_steps"][ok], c["eval_return_mean"][ok], "o-", label="evaluation (mean)")
@@ -383,52 +399,39 @@ def plot(run_dir: str, title: str):  # progress.png: returns, and elite members 
     fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
 
 
+def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
+    from PIL import Image  # comes with matplotlib
+
+    images = [Image.fromarray(frame[::2, ::2]) for frame in frames]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
+
+
 def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video films the first
     path = os.path.join(args.play, "policy.npz")  # it names its environment and layers
-    policy = read_checkpoint(
-        path,
-        dict(
-            theta=(None, "finite"),
-            iteration=((), "count"),
-            env=((), "any"),
-            sizes=(None, "count"),
-            activation=((), "any"),
-        ),
-    )
-    args.env, args.activation = str(policy["env"]), str(policy["activation"])
+    fields = dict(theta=(None, "finite"), iteration=((), "count"), env=((), "any"))
+    policy = read_checkpoint(path, dict(fields, sizes=(None, "count"), activation=((), "any")))
+    args.env = str(policy["env"])
+    args.activation = str(policy["activation"])
     sizes = [int(n) for n in np.ravel(policy["sizes"])]
     args.hidden = tuple(sizes[1:-1])
     configure(args)  # the environment's layer sizes, which the policy's must be
-    check(
-        sizes == args.sizes,
-        f"the policy '{path}' has layers {sizes}, not those of {args.env}: {args.sizes}",
-    )
-    theta, iteration = policy["theta"], int(policy["iteration"])
-    check(
-        theta.shape == (n_weights(args.sizes),),
-        f"the policy '{path}' holds {theta.size} "
-        f"weights, not the {n_weights(args.sizes)} of layers {args.sizes}",
-    )
+    check(sizes == args.sizes, f"the policy '{path}' has layers {sizes}, not {args.env}'s")
+    theta = policy["theta"]
+    d = n_weights(sizes)
+    check(theta.shape == (d,), f"the policy '{path}' has {theta.size} weights, not {d}")
     if args.video:
-        from PIL import Image  # comes with matplotlib
-
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
-        path, frames = os.path.join(args.play, "video", f"{args.env}.gif"), []
-        rollout(
-            gym.make(args.env, render_mode="rgb_array"),
-            theta,
-            args,
-            stream(args.seed, EVAL, 10**6, 0),
-            frames,
-        )  # the first episode evaluated below
-        images = [Image.fromarray(f[::2, ::2]) for f in frames[::2]]  # half size, 25 per second
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
+        frames = []
+        env = gym.make(args.env, render_mode="rgb_array")
+        rollout(env, theta, args, stream(args.seed, EVAL, 10**6, 0), frames)  # the first below
+        path = os.path.join(args.play, "video", f"{args.env}.gif")
+        save_gif(frames[::2], path)  # every second frame
         print(f"video: {path}", flush=True)
-    R = np.array([eval_episode(args, theta, 10**6, k) for k in range(args.episodes or 10)])[:, 0]
+    R = np.array([eval_episode(args, theta, 10**6, k)[0] for k in range(args.episodes)])
     print(
         f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {len(R)} episodes "
-        f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {iteration}"
+        f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {int(policy['iteration'])}"
     )
     return R
 
@@ -444,42 +447,39 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
     except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
         reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
         check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
-    missing = [name for name in fields if name not in saved]
-    check(
-        not missing,
-        f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
-        + ", ".join(missing),
-    )
-    check(
-        env_id in (None, str(saved["env"])),
-        f"the checkpoint '{path}' is for {saved['env']}, not {env_id}",
-    )
+    missing = ", ".join(name for name in fields if name not in saved)
+    script = os.path.basename(__file__)
+    check(not missing, f"'{path}' is no checkpoint of {script}: it has no {missing}")
+    if env_id is not None:
+        check(
+            saved["env"] == env_id, f"the checkpoint '{path}' is for {saved['env']}, not {env_id}"
+        )
     for name, (shape, kind) in fields.items():
-        x, damaged = saved[name], f"the checkpoint '{path}' is damaged: its {name}"
+        x = saved[name]
+        damaged = f"the checkpoint '{path}' is damaged: its {name}"
         check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
         if kind == "count":
             check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
-        elif kind == "finite":
+        if kind in ("finite", "nonnegative"):
             check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
-        elif kind == "nonnegative":
-            check(
-                x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
-                f"{damaged} is not finite and >= 0",
-            )
+        if kind == "nonnegative":
+            check((x >= 0).all(), f"{damaged} is negative")
     return saved
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
-        result = play(args) if args.play is not None else train(configure(args))
+        if args.play is not None:
+            return play(args)
+        result = train(configure(args))
     except OSError as e:  # a folder that takes no file
         check(False, f"cannot write {e.filename}: {e.strerror}")
     except KeyboardInterrupt:  # during --play, or while a run starts
         sys.exit(130)
-    if args.play is None and result["status"] == "interrupted":
+    if result["status"] == "interrupted":
         sys.exit(130)
-    if args.play is None and result["status"] not in ("done", "target"):
+    if result["status"] not in ("done", "target"):
         sys.exit(1)  # NaN or inf, or a worker process died
     return result
 

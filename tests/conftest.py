@@ -44,8 +44,8 @@ def only_builtin_types(x) -> bool:
 def refused(module, tmp_path, *argv) -> str:
     """Runs module.main(argv + --out-dir, unless it resumes) in this process (as `python SCRIPT
     ARGV` runs it, much faster than a new interpreter) and checks that the input is refused as
-    every script refuses bad input: exit status 2, one line on stderr naming the script, nothing written.
-    Returns that line."""
+    every script refuses bad input: exit status 2, one line on stderr naming the script, nothing
+    written. Returns that line."""
     import contextlib
     import io
 

@@ -86,14 +86,15 @@ def part1(ex):
     for k, shape in ex.policy_shapes(4, 2, 16).items():
         if np.shape(mu[k]) != shape:
             raise Wrong(
-                f"{k} has shape {np.shape(mu[k])}, not {shape}: use policy_shapes(obs_dim, n_out, hidden)"
+                f"{k} has shape {np.shape(mu[k])}, not {shape}: "
+                "use policy_shapes(obs_dim, n_out, hidden)"
             )
         if np.any(np.asarray(mu[k]) != 0):
             raise Wrong(f"{k} is not all zeros")
         if np.asarray(mu[k]).dtype.kind != "f":
             raise Wrong(
-                f"{k} holds {np.asarray(mu[k]).dtype} zeros: make float zeros, np.zeros(shape) (integer "
-                "arrays cannot take the fractional steps of Part 3)"
+                f"{k} holds {np.asarray(mu[k]).dtype} zeros: make float zeros, np.zeros(shape) "
+                "(integer arrays cannot take the fractional steps of Part 3)"
             )
 
 
@@ -103,8 +104,8 @@ def part2(ex):
     pair = ex.mirrored_pair(mu, seed, sigma)
     if not same(mu, before):
         raise Wrong(
-            "mirrored_pair changed the arrays of the policy it was given (a dict copy shares its arrays, "
-            "so += edits them in place): build new arrays, e.g. policy[k] + sigma * eps[k]"
+            "mirrored_pair changed the arrays of the policy it was given (a dict copy shares its "
+            "arrays, so += edits them in place): build new arrays, e.g. policy[k] + sigma * eps[k]"
         )
     if not (isinstance(pair, tuple) and len(pair) == 2):
         raise Wrong("return a tuple (plus, minus) of two dicts")
@@ -224,7 +225,8 @@ def part3(ex):
             ):
                 raise Wrong(f"pair {drop} is left out of the sum: sum over all n pairs")
     raise Wrong(
-        "the new mean differs from mu + alpha / (2 n sigma) * sum_i (F_plus[i] - F_minus[i]) * eps_i"
+        "the new mean differs from "
+        "mu + alpha / (2 n sigma) * sum_i (F_plus[i] - F_minus[i]) * eps_i"
     )
 
 
@@ -237,16 +239,19 @@ def part4(ex):
     for value, name in ((rp, "return_plus"), (rm, "return_minus")):
         if isinstance(value, (dict, list, tuple, np.ndarray)):
             raise Wrong(
-                f"{name} is a {type(value).__name__}: return the episode's return, a number, never the "
-                "weights (only numbers travel back from a worker)"
+                f"{name} is a {type(value).__name__}: return the episode's return, a number, never "
+                "the weights (only numbers travel back from a worker)"
             )
     if got_seed != seed:
         raise Wrong(
-            f"the first element should be the seed you were given ({seed}), got {got_seed!r}: the master "
-            "matches each result to its pair by this seed"
+            f"the first element should be the seed you were given ({seed}), got {got_seed!r}: the "
+            "master matches each result to its pair by this seed"
         )
     plus, minus = ex.mirrored_pair(mu, seed, sigma)
-    R = lambda policy, env_seed=seed: ex.rollout(policy, env, env_seed)  # noqa: E731
+
+    def R(policy, env_seed=seed):
+        return ex.rollout(policy, env, env_seed)
+
     want = (R(plus), R(minus))
     if np.allclose((rp, rm), want, rtol=1e-12, atol=0):
         return
@@ -280,8 +285,8 @@ def part4(ex):
         if np.allclose((rp, rm), values, rtol=1e-12, atol=0):
             raise Wrong(message)
     raise Wrong(
-        f"expected the returns {want} of rollout(plus, env_name, seed) and rollout(minus, env_name, "
-        f"seed), got {(rp, rm)}"
+        f"expected the returns {want} of rollout(plus, env_name, seed) "
+        f"and rollout(minus, env_name, seed), got {(rp, rm)}"
     )
 
 
@@ -353,13 +358,14 @@ def part5(ex):
     submits = [e[:3] for e in recorder.events if e[0] == "submit"]
     if any(e[3] for e in recorder.events if e[0] == "submit"):
         raise Wrong(
-            "pass evaluate_pair's arguments by position, executor.submit(evaluate_pair, mu, s, sigma, "
-            "env_name): the Ray executor takes no keyword arguments"
+            "pass evaluate_pair's arguments by position, "
+            "executor.submit(evaluate_pair, mu, s, sigma, env_name): "
+            "the Ray executor takes no keyword arguments"
         )
     if not submits:
         raise Wrong(
-            "nothing was submitted: run each pair with executor.submit(evaluate_pair, mu, s, sigma, "
-            "env_name)"
+            "nothing was submitted: run each pair with "
+            "executor.submit(evaluate_pair, mu, s, sigma, env_name)"
         )
     if any(fn not in (ex.evaluate_pair, scope.get("evaluate_pair")) for _, fn, _ in submits):
         raise Wrong(
@@ -367,8 +373,8 @@ def part5(ex):
         )
     if len(submits) != T * n:
         raise Wrong(
-            f"{len(submits)} calls of executor.submit for {T} iterations of {n} pairs: one per pair, "
-            f"{T * n}"
+            f"{len(submits)} calls of executor.submit for {T} iterations of {n} pairs: "
+            f"one per pair, {T * n}"
         )
     done = 0
     for (
@@ -378,12 +384,14 @@ def part5(ex):
             done += 1
         elif done % n:
             raise Wrong(
-                "a result is collected before every pair of the iteration is submitted: submit all n pairs "
-                "first, then call result() on each future (otherwise the pairs do not run in parallel)"
+                "a result is collected before every pair of the iteration is submitted: "
+                "submit all n pairs first, then call result() on each future "
+                "(otherwise the pairs do not run in parallel)"
             )
     if len(updates) != T:
         raise Wrong(
-            f"update_mean_policy was called {len(updates)} times in {T} iterations: once per iteration"
+            f"update_mean_policy was called {len(updates)} times in {T} iterations: "
+            "once per iteration"
         )
     for t, want in enumerate(
         expected
@@ -430,33 +438,36 @@ def check_submits(ex, t, n, want, calls, submits, seed, sigma, env):
             raise Wrong("the pairs' seeds ignore --seed: pair_seeds(seed, iteration, n_pairs)")
         if t and got == [c[2][1] for c in submits[:n]]:
             raise Wrong(
-                "every iteration uses the same seeds: pair_seeds(seed, iteration, n_pairs) with this "
-                "iteration's number"
+                "every iteration uses the same seeds: pair_seeds(seed, iteration, n_pairs) with "
+                "this iteration's number"
             )
         if got == ex.pair_seeds(seed, t + 1, n):
             raise Wrong(
-                "iterations count from 0: the first iteration's seeds are pair_seeds(seed, 0, n_pairs)"
+                "iterations count from 0: the first iteration's seeds are "
+                "pair_seeds(seed, 0, n_pairs)"
             )
         raise Wrong(
-            "the submitted seeds are not pair_seeds(seed, iteration, n_pairs) (numpy's global random "
-            "functions give other seeds on every run)"
+            "the submitted seeds are not pair_seeds(seed, iteration, n_pairs) (numpy's global "
+            "random functions give other seeds on every run)"
         )
     if any(
         isinstance(a[0], dict) and np.shape(a[0].get("W1")) != np.shape(want["mu"]["W1"])
         for a in calls
     ):
         raise Wrong(
-            "the policy has other shapes: make it with initial_policy(obs_dim, n_out, hidden), with train's "
-            "hidden"
+            "the policy has other shapes: "
+            "make it with initial_policy(obs_dim, n_out, hidden), with train's hidden"
         )
     if any(not same(a[0], want["mu"]) for a in calls):
         raise Wrong(
-            f"iteration {t} evaluates another policy than the current mean: submit evaluate_pair(mu, s, "
-            "sigma, env_name) with the mu that update_mean_policy returned last"
+            f"iteration {t} evaluates another policy than the current mean: "
+            "submit evaluate_pair(mu, s, sigma, env_name) "
+            "with the mu that update_mean_policy returned last"
         )
     if any(tuple(a[2:]) != (sigma, env) for a in calls):
         raise Wrong(
-            "submit evaluate_pair(mu, s, sigma, env_name) with train's sigma and env_name, in this order"
+            "submit evaluate_pair(mu, s, sigma, env_name) "
+            "with train's sigma and env_name, in this order"
         )
 
 
@@ -467,7 +478,8 @@ def check_update(ex, t, n, want, got, sigma, alpha):
         raise Wrong(f"iteration {t} updates another policy than the current mean")
     if (got["sigma"], got["alpha"]) != (sigma, alpha):
         raise Wrong(
-            "call update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha) with train's sigma and alpha"
+            "call update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha) "
+            "with train's sigma and alpha"
         )
     if got["F_plus"].shape != (n,) or got["F_minus"].shape != (n,) or len(got["seeds"]) != n:
         raise Wrong(f"hand update_mean_policy n = {n} seeds, F_plus and F_minus (one per pair)")
@@ -484,8 +496,8 @@ def check_update(ex, t, n, want, got, sigma, alpha):
         or np.allclose(got["F_plus"], [R[:n][want["seeds"].index(s)] for s in got["seeds"]])
     ):
         raise Wrong(
-            "the raw returns are handed to the update: shape them first, F = centered_ranks of all 2 n "
-            "returns together (Eq. 4)"
+            "the raw returns are handed to the update: shape them first, "
+            "F = centered_ranks of all 2 n returns together (Eq. 4)"
         )
     if np.allclose(d, ex.centered_ranks(R[:n]) - ex.centered_ranks(R[n:])):
         raise Wrong(
@@ -495,13 +507,14 @@ def check_update(ex, t, n, want, got, sigma, alpha):
     for split in ((F[n:], F[:n]), (F[::2], F[1::2]), (F[1::2], F[::2])):
         if np.allclose(d, split[0] - split[1]):
             raise Wrong(
-                "the ranked vector is split wrongly: with F = centered_ranks(np.concatenate([R_plus, "
-                "R_minus])), F_plus = F[:n] and F_minus = F[n:]"
+                "the ranked vector is split wrongly: "
+                "with F = centered_ranks(np.concatenate([R_plus, R_minus])), "
+                "F_plus = F[:n] and F_minus = F[n:]"
             )
     if np.allclose(sorted(d), sorted(by_seed.values())):
         raise Wrong(
-            "the results are matched to the wrong seeds: hand the update the seeds in the order of the "
-            "results (evaluate_pair returns each pair's seed for this)"
+            "the results are matched to the wrong seeds: hand the update the seeds in the order of "
+            "the results (evaluate_pair returns each pair's seed for this)"
         )
     expected = np.round([by_seed[s] for s in got["seeds"]], 3)
     raise Wrong(f"iteration {t}: F_plus - F_minus is {np.round(d, 3)}, expected {expected}")
@@ -552,8 +565,8 @@ def check(ex, out=print) -> bool:
         out(f"{part[0]} ({part[1]}): {status}" + (f": {message}" if message else ""))
         if status != "passed":
             out(
-                f"Next: open {name}, find '{part[0]}', complete {part[1]} (read its docstring), then run --check "
-                "again."
+                f"Next: open {name}, find '{part[0]}', complete {part[1]} (read its docstring), "
+                "then run --check again."
                 if status == "not implemented yet"
                 else f"Next: fix {part[1]} in {name}, then run --check again."
             )

@@ -2,11 +2,13 @@
 
 import glob
 import json
+import multiprocessing
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -222,16 +224,15 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     np.testing.assert_array_equal(full["M"], resumed["M"])
     np.testing.assert_array_equal(full["stats"][1], resumed["stats"][1])
     assert resumed["iteration"] == 6 and resumed["episodes"] == full["episodes"]
-    rows = open(os.path.join(half["run_dir"], "progress.csv")).read().splitlines()
+    rows = Path(half["run_dir"], "progress.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "6"]
 
 
 def test_a_resumed_run_takes_its_workers_here_and_may_change_its_target(tmp_path, monkeypatch):
     part = run(tmp_path, iterations=1, target_return=50.0)
     cfg_path = os.path.join(part["run_dir"], "config.json")
-    json.dump(
-        {**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w")
-    )  # saved on a larger machine
+    cfg = json.loads(Path(cfg_path).read_text())
+    Path(cfg_path).write_text(json.dumps({**cfg, "workers": 64}))  # saved on a larger machine
     seen = {}
     monkeypatch.setattr(ars, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
     ars.main(["--resume", part["run_dir"], "--iterations", "3"])
@@ -247,7 +248,7 @@ def assert_resumes_to(full: dict, run_dir: str):
     resumed = ars.main(["--resume", run_dir, "--iterations", "6"])
     np.testing.assert_array_equal(full["M"], resumed["M"])
     rows, full_rows = (
-        [r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
+        [r.split(",") for r in Path(d, "progress.csv").read_text().splitlines()[1:]]
         for d in (run_dir, full["run_dir"])
     )
     assert [r[0] for r in rows] == ["1", "2", "3", "4", "5", "6"]
@@ -308,7 +309,7 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
         assert half["status"] == full["status"], f"interrupted at line {n}"
         np.testing.assert_array_equal(full["M"], half["M"], err_msg=f"interrupted at line {n}")
         rows, full_rows = (
-            [r.split(",") for r in open(os.path.join(d, "progress.csv")).read().splitlines()[1:]]
+            [r.split(",") for r in Path(d, "progress.csv").read_text().splitlines()[1:]]
             for d in (half["run_dir"], full["run_dir"])
         )
         assert [(r[0], r[4], r[8], r[-1]) for r in rows] == [
@@ -365,7 +366,7 @@ def test_raw_actions_are_sent_to_the_environment_unclipped():
 
 
 def test_raw_actions_in_training_evaluation_and_play(tmp_path):
-    # MountainCarContinuous clamps the force but charges 0.1 a^2 on the action it is sent: one policy
+    # MountainCarContinuous clamps the force but charges 0.1 a^2 on the action sent: one policy
     # whose actions leave [-1, 1] earns less with raw actions, on the very same course.
     config_raw = dict(
         env="MountainCarContinuous-v0",
@@ -378,28 +379,22 @@ def test_raw_actions_in_training_evaluation_and_play(tmp_path):
         alpha=50.0,
         nu=5.0,
     )
-    params, setup = (
-        (0, np.array([[40.0, 40.0]]), np.zeros(2), np.ones(2), 5.0),
-        config(**config_raw),
-    )
-    env = ars.make_env(setup)  # episodes of 50 steps
-    for kind in ("train", "eval"):
-        clipped, raw = (
-            ars.job(env, config(**config_raw, actions=a), params, kind, 0)[1]
-            for a in ("clipped", "raw")
-        )
-        clipped, raw = (
-            e[0] if kind == "train" else e for e in (clipped, raw)
-        )  # train: the + rollout
+    params = (0, np.array([[40.0, 40.0]]), np.zeros(2), np.ones(2), 5.0)
+    for kind in ("train", "eval"):  # episodes of 50 steps
+        clipped = ars.job(config(**config_raw, actions="clipped"), params, kind, 0)
+        raw = ars.job(config(**config_raw, actions="raw"), params, kind, 0)
+        if kind == "train":  # the + rollout
+            clipped = clipped[0]
+            raw = raw[0]
         assert raw[2] == clipped[2] == 50 and raw[0] < clipped[0] - 1.0
     run_dir = run(tmp_path, actions="raw", **config_raw)["run_dir"]
     path = os.path.join(run_dir, "config.json")
-    assert json.load(open(path))["actions"] == "raw"
+    assert json.loads(Path(path).read_text())["actions"] == "raw"
     played = {}
     for saved in ("raw", "clipped"):
-        cfg = json.load(open(path))
+        cfg = json.loads(Path(path).read_text())
         cfg.update(actions=saved)
-        json.dump(cfg, open(path, "w"))
+        Path(path).write_text(json.dumps(cfg))
         played[saved] = ars.main(["--play", run_dir, "--episodes", "2"])
     assert (played["raw"] < played["clipped"] - 1.0).all()
 
@@ -427,15 +422,13 @@ def test_a_resumed_run_keeps_its_saved_actions(tmp_path):
 def test_a_worker_sends_back_only_builtin_types():
     # A job's answer is what travels through pipes and Ray: plain tuples of numbers and statistics,
     # no Episode (a class of a script run as __main__ would travel with its definition through Ray).
-    args, env = config(env="Pendulum-v1"), gym.make("Pendulum-v1")
+    args = config(env="Pendulum-v1")
     params = (0, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-    train, evaluation = (
-        ars.job(env, args, params, "train", 0),
-        ars.job(env, args, params, "eval", 0),
-    )
+    train = ars.job(args, params, "train", 0)
+    evaluation = ars.job(args, params, "eval", 0)
     assert only_builtin_types(train) and only_builtin_types(evaluation)
-    assert train[1][0][2] == 200 and train[1][0][3][0] == 200  # (return, shaped, length, stats)
-    assert evaluation[1][3] is None
+    assert train[0][2] == 200 and train[0][3][0] == 200  # (return, shaped, length, stats)
+    assert evaluation[3] is None
 
 
 class SeedRecorder(gym.Env):
@@ -458,9 +451,10 @@ gym.register("SeedRecorder-v0", entry_point=SeedRecorder)
 def test_both_rollouts_of_a_pair_start_from_one_environment_seed():
     # Eq. (3): r+ and r- differ only by the sign of the perturbation, not by the episode drawn.
     SeedRecorder.seeds.clear()
-    args, env = config(env="SeedRecorder-v0", episode_length=5), gym.make("SeedRecorder-v0")
+    args = config(env="SeedRecorder-v0", episode_length=5)
     params = (0, np.zeros((1, 1)), np.zeros(1), np.ones(1), 0.05)
-    ars.job(env, args, params, "train", 0), ars.job(env, args, params, "train", 1)
+    ars.job(args, params, "train", 0)
+    ars.job(args, params, "train", 1)
     first, second = SeedRecorder.seeds[:2], SeedRecorder.seeds[2:]
     assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0], (
         SeedRecorder.seeds
@@ -481,7 +475,7 @@ def test_ars_raises_the_return_on_a_cheap_environment(tmp_path):
         workers=2,
         seed=3,
     )
-    rows = open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
+    rows = Path(result["run_dir"], "progress.csv").read_text().splitlines()[1:]
     first_mean, last_eval = float(rows[0].split(",")[4]), float(rows[-1].split(",")[8])
     assert first_mean < 50  # a zero policy falls within a few dozen steps
     assert last_eval > 500  # 1000 is a pendulum balanced for the whole episode
@@ -520,7 +514,7 @@ def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path, monkeypatch):
     monkeypatch.setattr(ars, "evaluate", lucky)
     never = run(tmp_path / "a", iterations=6, target_return=1e6, confirm_episodes=3)
     assert never["status"] == "done" and never["iteration"] == 6
-    rows = open(os.path.join(never["run_dir"], "progress.csv")).read().splitlines()[1:]
+    rows = Path(never["run_dir"], "progress.csv").read_text().splitlines()[1:]
     confirmed = [r.split(",")[-1] for r in rows]
     assert confirmed[0] == "nan" and float(confirmed[1]) < 0  # evaluated on iterations 2, 4, 6
     once = run(tmp_path / "b", iterations=6, target_return=-1e9, confirm_episodes=3)
@@ -550,9 +544,9 @@ def test_a_checkpoint_replays_the_evaluation_its_run_logged(tmp_path):
     args = config(env="Pendulum-v1", n_directions=4, top_b=2, seed=5, workers=1)
     rows = {
         int(r.split(",")[0]): r.split(",")
-        for r in open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
+        for r in Path(result["run_dir"], "progress.csv").read_text().splitlines()[1:]
     }
-    pool = ars.Workers(args)
+    pool = ars.make_pool(args)
     try:
         for it in (2, 4):
             state = ars.load_checkpoint(
@@ -565,7 +559,7 @@ def test_a_checkpoint_replays_the_evaluation_its_run_logged(tmp_path):
                 != replayed.mean()
             )
     finally:
-        pool.close()
+        pool.shutdown()
 
 
 class NanEnv(gym.Env):
@@ -664,17 +658,19 @@ def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
 
 @FORK_ONLY
 def test_a_worker_killed_while_idle_is_a_dead_worker_not_a_broken_pipe():
-    pool = ars.Workers(config(env="Pendulum-v1", workers=2))
+    args = config(env="Pendulum-v1", workers=2)
+    pool = ars.make_pool(args)
+    params = (0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1)
+    jobs = [("train", k) for k in range(4)]
     try:
-        pool.procs[1].kill()  # between two iterations, as the kernel's OOM killer may do
-        pool.procs[1].join()
+        ars.run_jobs(pool, args, params, jobs)  # the workers start
+        worker = multiprocessing.active_children()[0]
+        worker.kill()  # between two iterations, as the kernel's OOM killer may do
+        worker.join()
         with pytest.raises(ars.WorkerDied, match="worker process died"):
-            pool.run(
-                (0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1),
-                [("train", k) for k in range(4)],
-            )
+            ars.run_jobs(pool, args, params, jobs)
     finally:
-        pool.close()
+        pool.shutdown()
 
 
 @FORK_ONLY
@@ -774,9 +770,9 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__ars__0__*"))
-    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    cfg = json.loads(Path(run_dir, "config.json").read_text())
     assert cfg["alpha"] == ars.GENERIC["alpha"] and cfg["numpy"] == np.__version__
-    header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    header, *rows = Path(run_dir, "progress.csv").read_text().splitlines()
     assert header.split(",") == ars.COLUMNS and len(rows) == 3
     assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "latest.npz"))
@@ -787,7 +783,7 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     assert played.returncode == 0, played.stderr
     assert "mean return" in played.stdout
     gif = os.path.join(run_dir, "video", "Pendulum-v1.gif")
-    assert open(gif, "rb").read(6) == b"GIF89a"
+    assert Path(gif).read_bytes()[:6] == b"GIF89a"
 
 
 def test_presets_fill_unset_flags_and_flags_override_them():
@@ -797,7 +793,7 @@ def test_presets_fill_unset_flags_and_flags_override_them():
     assert config(env="Pendulum-v1").n_directions == ars.GENERIC["n_directions"]
 
 
-# ---------------------------------------------------------------- bad input: one line, status 2, nothing written
+# ---------------------------------------------------------------- bad input: one line, status 2
 
 
 def bad(tmp_path, *argv):
@@ -831,12 +827,12 @@ def test_bad_flags(tmp_path, argv, message):
 
 
 def test_a_checkpoint_of_another_environment_than_its_run_directory_is_refused(tmp_path):
-    """(Damaged checkpoints: tests/test_shared.py.) --play takes the environment from config.json."""
+    """(Damaged checkpoints: test_shared.py.) --play takes the environment from config.json."""
     assert "not a run directory of ars.py" in bad(tmp_path, "--resume", str(tmp_path / "nowhere"))
     good = run(tmp_path / "good", iterations=1)
     cfg_path = os.path.join(good["run_dir"], "config.json")
-    cfg = json.load(open(cfg_path))
-    json.dump({**cfg, "env": "MountainCarContinuous-v0"}, open(cfg_path, "w"))
+    cfg = json.loads(Path(cfg_path).read_text())
+    Path(cfg_path).write_text(json.dumps({**cfg, "env": "MountainCarContinuous-v0"}))
     assert "is for Pendulum-v1, not MountainCarContinuous-v0" in bad(
         tmp_path, "--play", good["run_dir"]
     )
@@ -858,7 +854,7 @@ def test_video_every_films_the_evaluation_policy_and_play_takes_a_checkpoint_fil
     np.testing.assert_array_equal(filmed["M"], plain["M"])
     videos = sorted(os.listdir(os.path.join(filmed["run_dir"], "video")))
     assert videos == ["iter_000002.gif", "iter_000004.gif"]
-    assert open(os.path.join(filmed["run_dir"], "video", videos[0]), "rb").read(6) == b"GIF89a"
+    assert Path(filmed["run_dir"], "video", videos[0]).read_bytes()[:6] == b"GIF89a"
     first = ars.main(
         [
             "--play",
@@ -887,7 +883,7 @@ def test_a_run_that_misses_its_target_says_so_with_its_best_evaluation(tmp_path,
     assert result["status"] == "done"
     best = max(
         float(r.split(",")[8])
-        for r in open(os.path.join(result["run_dir"], "progress.csv")).read().splitlines()[1:]
+        for r in Path(result["run_dir"], "progress.csv").read_text().splitlines()[1:]
         if r.split(",")[8] != "nan"
     )
     assert (

@@ -1,10 +1,12 @@
-"""The docs' cross-references: every relative link and image in README.md and docs/ resolves, with its
-#anchor, and every section that the code, tests, scripts and docs cite by name, as (docs/X.md, "Name"),
-or as "Name" in docs/X.md, exists in that page as a heading or a bold paragraph lead."""
+"""The docs' cross-references: every relative link and image in README.md and docs/ resolves, with
+its #anchor, and every section that the code, tests, scripts and docs cite by name, as
+(docs/X.md, "Name"), or as "Name" in docs/X.md, exists in that page as a heading or a bold
+paragraph lead."""
 
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +15,7 @@ LATEX = {r"$\nu$": "ν", r"$\sigma$": "σ", r"$\alpha$": "α"}
 
 
 def tracked(*suffixes) -> list:
-    """The repository's files with these endings (git's list when there is one; the kept runs' data aside)."""
+    """The repository's files with these endings (git's list when there is one), runs/ left out."""
     try:
         out = subprocess.run(
             ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -48,9 +50,10 @@ def plain(name: str) -> str:
 
 
 def sections(path: str) -> set:
-    """The names a page can be cited by: its headings and the bold leads of its paragraphs and list items."""
+    """The names a page can be cited by: its headings and the bold leads of its paragraphs and
+    list items."""
     names = set()
-    for line in outside_code_blocks(open(path, encoding="utf-8").read()):
+    for line in outside_code_blocks(Path(path).read_text(encoding="utf-8")):
         heading = re.match(r"#+ (.*)", line)
         if heading:
             names.add(plain(heading.group(1)))
@@ -63,14 +66,14 @@ def sections(path: str) -> set:
 def anchors(path: str) -> set:
     return {
         slug(m.group(1))
-        for line in outside_code_blocks(open(path, encoding="utf-8").read())
+        for line in outside_code_blocks(Path(path).read_text(encoding="utf-8"))
         for m in [re.match(r"#+ (.*)", line)]
         if m
     }
 
 
 def links(path: str) -> list:
-    text = "\n".join(outside_code_blocks(open(path, encoding="utf-8").read()))
+    text = "\n".join(outside_code_blocks(Path(path).read_text(encoding="utf-8")))
     return [
         m.group(1)
         for m in re.finditer(r"\]\(([^)\s]+)\)", text)
@@ -79,9 +82,9 @@ def links(path: str) -> list:
 
 
 def citations(path: str) -> list:
-    """(page, name) for every `docs/X.md, "Name"` and `"Name" in docs/X.md` in a file, with comment markers
-    and line breaks joined."""
-    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    """(page, name) for every `docs/X.md, "Name"` and `"Name" in docs/X.md` in a file, with comment
+    markers and line breaks joined."""
+    text = Path(ROOT, path).read_text(encoding="utf-8")
     text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)
     return re.findall(r"(docs/[\w/]+\.md), \"([^\"]+)\"", text) + [
         (page, name) for name, page in re.findall(r"\"([^\"]+)\" in `?(docs/[\w/]+\.md)", text)
@@ -89,8 +92,8 @@ def citations(path: str) -> list:
 
 
 def cites(page: str, name: str) -> bool:
-    """Whether page has a section of that name, or whose name begins with it ("The Table 3 anchors" for
-    "The Table 3 anchors: steps to TRPO's score")."""
+    """Whether page has a section of that name, or whose name begins with it ("The Table 3 anchors"
+    for "The Table 3 anchors: steps to TRPO's score")."""
     path = os.path.join(ROOT, page)
     return os.path.exists(path) and any(
         section.startswith(plain(name)) for section in sections(path)
@@ -145,9 +148,7 @@ def test_anchors_follow_github():
 
 def test_the_readmes_line_counts_are_the_files():
     """The scripts table gives each script's length, as `wc -l` counts it."""
-    rows = re.findall(
-        r"^\| `(\w+\.py)` \| (\d+) \|", open(os.path.join(ROOT, "README.md")).read(), re.M
-    )
+    rows = re.findall(r"^\| `(\w+\.py)` \| (\d+) \|", Path(ROOT, "README.md").read_text(), re.M)
     assert {name for name, _ in rows} == {
         "ars.py",
         "es_basic.py",
@@ -155,12 +156,12 @@ def test_the_readmes_line_counts_are_the_files():
         "nes_exercise.py",
     }
     for name, count in rows:
-        assert int(count) == open(os.path.join(ROOT, name)).read().count("\n"), name
+        assert int(count) == Path(ROOT, name).read_text().count("\n"), name
 
 
 def test_the_readme_is_short_and_starts_with_the_commands():
     """A newcomer's README: at most 120 lines, the set-up and the three commands in the first 40."""
-    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    lines = Path(ROOT, "README.md").read_text().splitlines()
     assert len(lines) <= 120
     first = "\n".join(lines[:40])
     for command in (
@@ -176,7 +177,7 @@ def test_the_readme_is_short_and_starts_with_the_commands():
     [("es_basic.md", 300), ("ars.md", 450), ("es_openai.md", 600), ("nes_exercise.md", 250)],
 )
 def test_each_docs_page_keeps_its_budget(page, budget):
-    assert open(os.path.join(ROOT, "docs", page)).read().count("\n") <= budget
+    assert Path(ROOT, "docs", page).read_text().count("\n") <= budget
 
 
 def test_the_tree_stays_small():
@@ -200,14 +201,12 @@ def test_every_bench_script_is_cited_and_feeds_docs_results():
     """docs/bench/ holds only the scripts behind a published figure or table: each is named in the
     README or a docs page, and reads or appends docs/results/ (replay.py is the throughput scripts'
     shared module)."""
-    pages = "".join(
-        open(os.path.join(ROOT, f)).read() for f in tracked(".md") if not f.startswith("tests/")
-    )
+    pages = "".join(Path(ROOT, f).read_text() for f in tracked(".md") if not f.startswith("tests/"))
     bench = os.path.join(ROOT, "docs", "bench")
     for name in sorted(os.listdir(bench)):
         if not name.endswith((".py", ".sh")) or name == "replay.py":
             continue
-        text = open(os.path.join(bench, name)).read()
+        text = Path(bench, name).read_text()
         assert f"docs/bench/{name}" in pages, f"{name} is cited nowhere"
         assert "docs/results" in text or re.search(
             r"from (results_csv|replay) import|results_csv\.py", text

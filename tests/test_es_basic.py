@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -36,7 +37,7 @@ def config(*flags, **kw):
 
 
 def rows(run_dir) -> list:
-    header, *lines = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    header, *lines = Path(run_dir, "progress.csv").read_text().splitlines()
     return [dict(zip(header.split(","), line.split(","))) for line in lines]
 
 
@@ -349,10 +350,11 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     )
     assert out.returncode == 0 and out.stderr == "", out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1__es_basic__0__*"))
-    cfg = json.load(open(os.path.join(run_dir, "config.json")))
-    assert cfg["sigma"] == es.PRESETS["CartPole-v1"]["sigma"] and cfg["population"] == 6
+    cfg = json.loads(Path(run_dir, "config.json").read_text())
+    assert cfg["sigma"] == es.GENERIC["sigma"] and cfg["population"] == 6
     assert cfg["script"] == "es_basic.py" and cfg["numpy"] == np.__version__
-    header = open(os.path.join(run_dir, "progress.csv")).readline().strip().split(",")
+    with open(os.path.join(run_dir, "progress.csv")) as f:
+        header = f.readline().strip().split(",")
     assert header[:11] == [
         "iteration",
         "episodes",
@@ -372,7 +374,7 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     played = cli("--play", run_dir, "--episodes", "2", "--video", "--env", "Pendulum-v1")
     assert played.returncode == 0, played.stderr
     assert "CartPole-v1: mean return" in played.stdout and "over 2 episodes" in played.stdout
-    assert open(os.path.join(run_dir, "video", "CartPole-v1.gif"), "rb").read(6) == b"GIF89a"
+    assert Path(run_dir, "video", "CartPole-v1.gif").read_bytes()[:6] == b"GIF89a"
 
 
 def test_help_names_the_papers_symbols():

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -237,9 +238,11 @@ def test_the_policy_normalizes_clips_and_maps_bins_to_bounds():
     theta = np.zeros(24, np.float32)
     b = eo.unflatten(theta, sizes)[0][1]
     b[:] = [5, 0, 0, 0, 0, 5]  # dimension 0 -> bin 0 (low), dimension 1 -> bin 2 (high)
-    act = lambda noise=None: eo.Policy([theta], sizes, "tanh", space, 3, np.zeros(3), np.ones(3))(  # noqa: E731
-        [np.zeros(3)], noise
-    )
+
+    def act(noise=None):
+        policy = eo.Policy([theta], sizes, "tanh", space, 3, np.zeros(3), np.ones(3))
+        return policy([np.zeros(3)], noise)
+
     np.testing.assert_allclose(act(), [[-1.0, 2.0]])
     b[:] = [0, 5, 0, 0, 5, 0]  # middle bins: the middle of the bounds
     np.testing.assert_allclose(act(), [[0.0, 0.0]])
@@ -480,7 +483,7 @@ def test_a_generation_closes_at_the_shortest_finished_prefix():
 
 @FORK_ONLY
 def test_skipped_and_stale_results_are_counted_in_the_log(tmp_path):
-    # --min-timesteps makes the master hand out pairs it may not need: those past the prefix are skipped
+    # --min-timesteps: the master hands out pairs it may not need; those past the prefix are skipped
     rows = csv_rows(
         run(tmp_path, workers=2, population=2, min_timesteps=300, iterations=4)["run_dir"]
     )
@@ -530,10 +533,12 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
         "env_steps",
     ):
         np.testing.assert_array_equal(full[key], resumed[key])
-    strip = lambda rows: [
-        {k: v for k, v in r.items() if "time" not in k and k != "steps_per_s"}  # noqa: E731
-        for r in rows
-    ]
+
+    def strip(rows):
+        return [
+            {k: v for k, v in r.items() if "time" not in k and k != "steps_per_s"} for r in rows
+        ]
+
     assert strip(csv_rows(full["run_dir"])) == strip(csv_rows(half["run_dir"]))
 
 
@@ -574,6 +579,10 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
     monkeypatch.setattr(eo, "plot", lambda *a: (np.nan, 0))  # fast: many runs, each resumed
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
+
+    def pick(rows):
+        return [(r["iteration"], r["return_mean"], r["eval_return_mean"]) for r in rows]
+
     points = 0
     for n, half in interrupted_runs(
         eo.train,
@@ -587,9 +596,6 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
         np.testing.assert_array_equal(
             full["theta"], half["theta"], err_msg=f"interrupted at line {n}"
         )
-        pick = lambda rows: [
-            (r["iteration"], r["return_mean"], r["eval_return_mean"]) for r in rows
-        ]  # noqa: E731
         assert pick(csv_rows(half["run_dir"])) == pick(csv_rows(full["run_dir"])), (
             f"interrupted at line {n}"
         )
@@ -790,9 +796,8 @@ def test_a_resumed_run_takes_its_workers_here_and_refuses_flags_that_change_it(
 ):
     part = run(tmp_path, iterations=1)
     cfg_path = os.path.join(part["run_dir"], "config.json")
-    json.dump(
-        {**json.load(open(cfg_path)), "workers": 64}, open(cfg_path, "w")
-    )  # saved on a larger machine
+    cfg = json.loads(Path(cfg_path).read_text())
+    Path(cfg_path).write_text(json.dumps({**cfg, "workers": 64}))  # saved on a larger machine
     seen = {}
     monkeypatch.setattr(eo, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
     eo.main(["--resume", part["run_dir"], "--iterations", "3", "--sigma", "0.07"])
@@ -807,21 +812,20 @@ def test_a_resumed_run_takes_its_workers_here_and_refuses_flags_that_change_it(
 
 
 def test_a_checkpoint_of_other_options_than_its_run_directory_is_refused(tmp_path):
-    """(Damaged checkpoints: tests/test_shared.py.) --play takes the policy's options from config.json."""
+    """(Damaged checkpoints: test_shared.py.) --play takes the policy's options from config.json."""
     assert "not a run directory of es_openai.py" in bad(
         tmp_path, "--resume", str(tmp_path / "nowhere")
     )
     assert "not a run directory" in bad(tmp_path, "--evaluate-snapshots", str(tmp_path))
     good = run(tmp_path / "good", iterations=1)
     cfg_path = os.path.join(good["run_dir"], "config.json")
-    cfg = json.load(open(cfg_path))
-    json.dump({**cfg, "hidden": "9"}, open(cfg_path, "w"))
+    cfg = json.loads(Path(cfg_path).read_text())
+    Path(cfg_path).write_text(json.dumps({**cfg, "hidden": "9"}))
     assert "[4, 8, 2]" in bad(tmp_path, "--play", good["run_dir"])
-    json.dump(
-        {**cfg, "obs_norm": False}, open(cfg_path, "w")
-    )  # the checkpoint records its normalization
+    # the checkpoint records its normalization
+    Path(cfg_path).write_text(json.dumps({**cfg, "obs_norm": False}))
     assert "observation normalization" in bad(tmp_path, "--play", good["run_dir"])
-    json.dump({**cfg, "env": "Acrobot-v1"}, open(cfg_path, "w"))
+    Path(cfg_path).write_text(json.dumps({**cfg, "env": "Acrobot-v1"}))
     assert "is for CartPole-v1, not Acrobot-v1" in bad(tmp_path, "--play", good["run_dir"])
 
 
@@ -1013,13 +1017,9 @@ def test_presets_fill_unset_flags_and_flags_override_them():
 
 
 def test_the_docs_presets_table_matches_the_code():
-    """docs/es_openai.md's Presets table: hidden, sigma, alpha, l2coeff, n, bins, generations and target."""
-    text = (
-        open(os.path.join(ROOT, "docs", "es_openai.md"))
-        .read()
-        .split("### Presets")[1]
-        .split("\n\n")[1]
-    )
+    """docs/es_openai.md's Presets table: hidden, sigma, alpha, l2coeff, n, bins, generations and
+    target."""
+    text = Path(ROOT, "docs", "es_openai.md").read_text().split("### Presets")[1].split("\n\n")[1]
     rows = {
         line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
         for line in text.splitlines()
@@ -1073,17 +1073,17 @@ def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
         "the target 1000.0 was not reached: the best evaluation was" in out.stdout.splitlines()[-1]
     )
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__es_openai__0__*"))
-    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    cfg = json.loads(Path(run_dir, "config.json").read_text())
     assert cfg["ac_bins"] == 5 and cfg["ac_noise_std"] == 0.01 and cfg["numpy"] == np.__version__
     assert cfg["script"] == "es_openai.py" and "avx512" in cfg and cfg["sizes"] == [3, 64, 64, 5]
-    header, *rows = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    header, *rows = Path(run_dir, "progress.csv").read_text().splitlines()
     assert header.split(",") == eo.COLUMNS and len(rows) == 4 and out.stdout.count("\ngen ") == 4
     snaps = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
     assert snaps == ["iter_000000.npz", "iter_000002.npz", "iter_000004.npz", "latest.npz"]
     assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
     ev = cli("--evaluate-snapshots", run_dir, "--episodes", "2", "--workers", "2")
     assert ev.returncode == 0, ev.stderr
-    header, *rows = open(os.path.join(run_dir, "snapshots.csv")).read().splitlines()
+    header, *rows = Path(run_dir, "snapshots.csv").read_text().splitlines()
     assert [int(float(r.split(",")[0])) for r in rows] == [0, 2, 4]
     assert os.path.getsize(os.path.join(run_dir, "snapshots.png")) > 1000
     played = cli("--play", run_dir, "--episodes", "2", "--video")
@@ -1093,7 +1093,7 @@ def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
         and "generation 4" in played.stdout
     )
     (gif,) = glob.glob(os.path.join(run_dir, "video", "*.gif"))
-    assert open(gif, "rb").read(6) == b"GIF89a"
+    assert Path(gif).read_bytes()[:6] == b"GIF89a"
     one = cli("--play", os.path.join(run_dir, "checkpoints", "iter_000002.npz"), "--episodes", "2")
     assert one.returncode == 0 and "generation 2" in one.stdout
     first = [line for line in ev.stdout.splitlines() if "generation 2" in line][0]

@@ -1,5 +1,6 @@
 """docs/bench/python_versions.sh: bad input is refused in one line before any virtualenv is made.
-(A whole run installs the requirements and runs this suite once per Python: a benchmark, not a test.)"""
+(A whole run installs the requirements and runs this suite once per Python: a benchmark, not a
+test.)"""
 
 import os
 import subprocess
@@ -31,9 +32,9 @@ def test_a_missing_interpreter_is_refused_before_any_other_is_used(tmp_path):
 
 
 def test_a_relative_interpreter_path_means_the_callers_directory(tmp_path):
-    """The script works from the repository's root; a path like ./python must still name the file the
-    caller meant. A stand-in interpreter that gives its version and refuses to make a virtualenv
-    shows which file was run, and ends the run before any install."""
+    """The script works from the repository's root; a path like ./python must still name the file
+    the caller meant. A stand-in interpreter that gives its version and refuses to make a
+    virtualenv shows which file was run, and ends the run before any install."""
     fake = tmp_path / "python"
     fake.write_text(
         '#!/bin/sh\n[ "$1" = --version ] && { echo "Python 0.0 (stand-in)"; exit 0; }\nexit 1\n'

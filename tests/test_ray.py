@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,20 @@ def kill_one_actor_soon(pool, delay: float):
 # ---------------------------------------------------------------- ars.py
 
 
+def crash_once(marker: str, fn, *args):
+    """fn(*args) in a Ray worker that dies the first time any task calls it (marker: a file that
+    says it did), as a crash would: Ray must run the task again."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return fn(*args)
+
+
+def node_of_a_second_task() -> str:
+    time.sleep(1)  # long enough that the tasks submitted together run at once
+    return ray.get_runtime_context().get_node_id()
+
+
 def lost_node_scenario():
     """The body of the next test, run in an interpreter of its own (see there)."""
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
@@ -92,17 +107,15 @@ def lost_node_scenario():
             ("train", k) for k in range(64)
         ]  # about a second of episodes: the node goes mid-run
         params = (1, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-        pool = ars.RayPool(parse(ars, env="Pendulum-v1", ray=True, workers=2))
-        before = pool.run(params, jobs)
-        assert len(set([where(a)[1] for a in pool.actors])) == 2
+        args = parse(ars, env="Pendulum-v1", ray=True, workers=2)
+        pool = ars.make_pool(args)
+        before = ars.run_jobs(pool, args, params, jobs)
         timer = threading.Timer(0.1, c.remove_node, (node,))
         timer.start()
-        after = pool.run(params, jobs)  # the actor of the lost node comes back on the head node
+        after = ars.run_jobs(pool, args, params, jobs)  # the lost node's tasks run on the head
         timer.join()
         assert all(after[k][0][:3] == before[k][0][:3] for k in range(64))
         assert len(ray.nodes()) == 2 and sum(n["Alive"] for n in ray.nodes()) == 1
-        assert len(set([where(a)[1] for a in pool.actors])) == 1  # both on the head now
-        pool.close()
     finally:
         ray.shutdown()
         c.shutdown()
@@ -131,92 +144,59 @@ def test_ars_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     assert remote["status"] == "done"
     np.testing.assert_array_equal(local["M"], remote["M"])
     np.testing.assert_array_equal(local["stats"][2], remote["stats"][2])
-    rows = [
-        open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines()
-        for r in (local, remote)
-    ]
-    assert [r.split(",")[4:10] for r in rows[0]] == [
-        r.split(",")[4:10] for r in rows[1]
-    ]  # returns, evaluations
+    rows = [Path(r["run_dir"], "progress.csv").read_text().splitlines() for r in (local, remote)]
+    assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]
 
 
 @NEEDS_RAY
-def test_ars_workers_default_to_the_cluster_cpus_and_spread_over_both_nodes(cluster):
+def test_ars_workers_default_to_the_cluster_cpus_and_tasks_spread_over_both_nodes(cluster):
     args = parse(ars, **ARS_TINY, ray=True)
     assert args.workers == 4
-    pool = ars.RayPool(args)
-    try:
-        pool.run(
-            (0, np.zeros((1, 3)), np.zeros(3), np.ones(3), 0.1), [("train", k) for k in range(4)]
-        )
-        nodes = [where(a)[1] for a in pool.actors]
-        assert len(set(nodes)) == 2
-    finally:
-        pool.close()
+    pool = ars.make_pool(args)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    nodes = [pool.submit(node_of_a_second_task) for _ in range(4)]
+    assert len({future.result() for future in nodes}) == 2
 
 
 @NEEDS_RAY
-def test_ars_survives_a_killed_worker_with_the_same_results(cluster):
+def test_ars_survives_a_killed_worker_with_the_same_results(cluster, tmp_path):
     jobs = [("train", k) for k in range(12)]
     params = (7, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-    local = ars.Workers(parse(ars, env="Pendulum-v1", workers=1))
-    try:
-        expected = local.run(params, jobs)
-    finally:
-        local.close()
-    pool = ars.RayPool(parse(ars, env="Pendulum-v1", ray=True, workers=2))
-    try:
-        pid, timer = kill_one_actor_soon(pool, 0.05)
-        got = pool.run(params, jobs)
-        timer.join()
-        assert where(pool.actors[0])[0] != pid  # Ray restarted the actor
-        got_again = pool.run(params, jobs)  # the restarted actor fetches the parameters again
-    finally:
-        pool.close()
+    args = parse(ars, env="Pendulum-v1", ray=True, workers=2)
+    expected = [ars.job(args, params, kind, k) for kind, k in jobs]
+    pool = ars.make_pool(args)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    marker = str(tmp_path / "crashed")
+    futures = [pool.submit(crash_once, marker, ars.job, args, params, *j) for j in jobs]
+    got = [future.result() for future in futures]
+    assert os.path.exists(marker)  # a worker died, and its task ran again
     for k in range(12):
         for side in (0, 1):
-            assert got[k][side][:3] == expected[k][side][:3] == got_again[k][side][:3]
+            assert got[k][side][:3] == expected[k][side][:3]
+
+
+def crash_in_iteration_3(args, params, kind, k, job=ars.job):  # its worker dies in iteration 3
+    if params[0] == 2:
+        os._exit(1)
+    return job(args, params, kind, k)
 
 
 @NEEDS_RAY
 def test_ars_lost_worker_beyond_the_retries_stops_with_a_checkpoint(
     cluster, tmp_path, monkeypatch, capsys
 ):
-    real_run = ars.RayPool.run
-
-    def run_then_kill(self, params, jobs):  # the actor is lost for good during iteration 3
-        if params[0] == 2 and not getattr(self, "killed", False):
-            self.killed = True
-            ray.kill(self.actors[0], no_restart=True)
-            time.sleep(1)
-        return real_run(self, params, jobs)
-
-    monkeypatch.setattr(ars.RayPool, "run", run_then_kill)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(ars, "job", crash_in_iteration_3)
+    argv = ["--env", "Pendulum-v1", "--iterations", "4", "--n-directions", "4", "--top-b", "2"]
+    argv += ["--ray", "--workers", "2", "--out-dir", str(tmp_path), "--save-every", "1"]
     with pytest.raises(SystemExit) as stop:
-        ars.main(
-            [
-                "--env",
-                "Pendulum-v1",
-                "--iterations",
-                "4",
-                "--n-directions",
-                "4",
-                "--top-b",
-                "2",
-                "--ray",
-                "--workers",
-                "2",
-                "--out-dir",
-                str(tmp_path),
-                "--save-every",
-                "1",
-            ]
-        )
+        ars.main(argv)
     assert stop.value.code == 1
-    assert "a Ray worker was lost" in capsys.readouterr().err
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "stopped: a rollout failed" in lines[0], lines
     (run_dir,) = [os.path.join(tmp_path, d) for d in os.listdir(tmp_path)]
-    ck = np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))
-    assert int(ck["iteration"]) == 2  # the last finished iteration: --resume goes on from there
+    with np.load(os.path.join(run_dir, "checkpoints", "latest.npz")) as ck:
+        assert int(ck["iteration"]) == 2  # the last finished iteration: --resume goes on from there
 
 
 # ---------------------------------------------------------------- es_openai.py
@@ -229,10 +209,7 @@ def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     assert remote["status"] == "done"
     np.testing.assert_array_equal(local["theta"], remote["theta"])
     np.testing.assert_array_equal(local["ob_sum"], remote["ob_sum"])
-    rows = [
-        open(os.path.join(r["run_dir"], "progress.csv")).read().splitlines()
-        for r in (local, remote)
-    ]
+    rows = [Path(r["run_dir"], "progress.csv").read_text().splitlines() for r in (local, remote)]
     assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]
 
 

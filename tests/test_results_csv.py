@@ -1,10 +1,12 @@
 """docs/bench/results_csv.py: a row reports the first evaluation (or confirmation) at the target and
-the --play return; rows are appended under their header only; docs/results/ holds the runs the docs cite."""
+the --play return; rows are appended under their header only; docs/results/ holds the runs the
+docs cite."""
 
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -14,7 +16,7 @@ import results_csv  # noqa: E402
 
 
 def test_the_published_tables_have_their_columns():
-    """Every row of docs/results/ lines up under its file's header (append() refuses another one)."""
+    """Every row of docs/results/ lines up under its file's header (append() refuses any other)."""
     import csv
 
     for name in sorted(os.listdir(os.path.join(ROOT, "docs", "results"))):
@@ -46,7 +48,7 @@ def test_the_published_tables_have_their_columns():
 
 def write_run(folder, cfg: dict, rows: list):
     os.makedirs(folder)
-    json.dump(cfg, open(os.path.join(folder, "config.json"), "w"))
+    Path(folder, "config.json").write_text(json.dumps(cfg))
     with open(os.path.join(folder, "progress.csv"), "w") as f:
         f.write("iteration,episodes,env_steps,wall_time_s,eval_return_mean,confirm_return_mean\n")
         f.writelines(",".join(map(str, r)) + "\n" for r in rows)
@@ -115,7 +117,8 @@ def test_a_run_becomes_one_row_appended_under_its_header(tmp_path):
     run_dir = es_basic.main(argv)["run_dir"]
     with open(os.path.join(run_dir, "play.txt"), "w") as f:
         f.write(
-            "CartPole-v1: mean return 41.5 +- 3.0 over 7 episodes (min 1.0, max 2.0), policy of iteration 3\n"
+            "CartPole-v1: mean return 41.5 +- 3.0 over 7 episodes (min 1.0, max 2.0), "
+            "policy of iteration 3\n"
         )
     with open(os.path.join(run_dir, "progress.csv")) as f:
         log = f.read().splitlines()
@@ -143,9 +146,8 @@ def test_a_run_becomes_one_row_appended_under_its_header(tmp_path):
         "7",
         log[-1].split(",")[0],
     )
-    assert (
-        r["started"]
-        == f"{run_dir[-15:-11]}-{run_dir[-11:-9]}-{run_dir[-9:-7]} {run_dir[-6:-4]}:{run_dir[-4:-2]}"
+    assert r["started"] == (
+        f"{run_dir[-15:-11]}-{run_dir[-11:-9]}-{run_dir[-9:-7]} {run_dir[-6:-4]}:{run_dir[-4:-2]}"
     )
     for _ in range(2):
         path = results_csv.append("rows.csv", [r], results_csv.COLUMNS, out=str(tmp_path))
@@ -159,4 +161,4 @@ def test_a_run_becomes_one_row_appended_under_its_header(tmp_path):
             results_csv.COLUMNS[:-1],
             out=str(tmp_path),
         )
-    assert open(path).read().splitlines() == lines
+    assert Path(path).read_text().splitlines() == lines

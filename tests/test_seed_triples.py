@@ -1,4 +1,5 @@
-"""docs/bench/seed_triples.py: the counts it reads from run directories, and its triples counted by hand."""
+"""docs/bench/seed_triples.py: the counts it reads from run directories, and its triples counted
+by hand."""
 
 import math
 import os
@@ -13,7 +14,8 @@ import seed_triples  # noqa: E402
 
 
 def fake_run(folder, seed, evals, target=100.0):
-    """An ars.py run directory whose iteration i (1, 2, ...) has 10 i episodes and evaluation evals[i - 1]."""
+    """An ars.py run directory whose iteration i (1, 2, ...) has 10 i episodes and evaluation
+    evals[i - 1]."""
     import ars
 
     os.makedirs(folder)
@@ -39,7 +41,7 @@ def test_the_count_is_the_first_evaluation_at_the_target(tmp_path):
 
 
 def test_triples_counted_by_hand():
-    # Four seeds, 10, 20, 40 and never, against a paper's 20: the triples (10, 20, 40), (10, 20, inf),
+    # Seeds 10, 20, 40 and never against a paper's 20: the triples (10, 20, 40), (10, 20, inf),
     # (10, 40, inf), (20, 40, inf) have medians 20, 20, 40, 40 and averages 23.3, inf, inf, inf.
     assert seed_triples.triple_counts([10, 20, 40, math.inf], 20) == {
         "triples": 4,

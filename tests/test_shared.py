@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -59,7 +60,8 @@ class Out(NamedTuple):
 
 
 def call(capsys, script, *argv) -> Out:
-    """The script's main(argv) in this process (much faster than a new interpreter): exit status, stderr."""
+    """The script's main(argv) in this process (much faster than a new interpreter): exit status,
+    stderr."""
     capsys.readouterr()
     try:
         MODULES[script].main(list(argv))
@@ -123,21 +125,17 @@ def test_the_helpers_copied_between_scripts_are_identical():
     """Each script reads alone, so the few helpers they share are copies, kept equal here."""
     import inspect
 
-    for name, copies in (
-        ("stream", (es_basic, ars, es_openai)),
-        ("centered_ranks", (es_basic, es_openai)),
-        ("check", (es_basic, ars, es_openai)),
-        ("at_least", (es_basic, ars, es_openai)),
-        ("start_ray", (ars, es_openai)),
-        ("reset_env", (ars, es_openai)),
-        ("plot", (ars, es_openai)),
-        ("read_checkpoint", (es_basic, ars, es_openai)),
-    ):
-        assert (
-            len({inspect.getsource(getattr(m, name)).replace("es_openai", "ars") for m in copies})
-            == 1
-        ), name
-    assert ars.COLUMNS[:11] == es_openai.COLUMNS[:11] == es_basic.COLUMNS.split()[:11]
+    every = (es_basic, ars, es_openai)
+    copies = dict.fromkeys(["stream", "Parser", "check", "at_least", "init_worker"], every)
+    copies.update(dict.fromkeys(["read_checkpoint", "write_config", "save_npz", "save_gif"], every))
+    copies.update(centered_ranks=(es_basic, es_openai), env_of=(ars, es_openai))
+    for name in ("start_ray", "RayExecutor", "make_env", "reset_env", "plot", "read_config"):
+        copies[name] = (ars, es_openai)
+    copies.update(quiet_mujoco=(ars, es_openai), mujoco_warning=(ars, es_openai))
+    for name, modules in copies.items():
+        sources = {inspect.getsource(getattr(module, name)) for module in modules}
+        assert len(sources) == 1, name
+    assert ars.COLUMNS[:11] == es_openai.COLUMNS[:11] == es_basic.COLUMNS[:11]
 
 
 # ---------------------------------------------------------------- a run directory of another script
@@ -167,13 +165,11 @@ def test_a_run_directory_of_another_script_is_refused_and_left_untouched(
 def test_each_script_resumes_its_own_run(runs, script, tmp_path):
     """The check above refuses only other scripts' folders: the script's own run goes on."""
     run_dir = copy_of(runs, script, tmp_path)
-    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    cfg = json.loads(Path(run_dir, "config.json").read_text())
     assert cfg["script"] == script
     out = run(script, "--resume", run_dir, "--iterations", "2")
     assert out.returncode == 0, out.stderr
-    assert (
-        len(open(os.path.join(run_dir, "progress.csv")).read().splitlines()) == 3
-    )  # header and 2 rows
+    assert len(Path(run_dir, "progress.csv").read_text().splitlines()) == 3  # header and 2 rows
 
 
 # ---------------------------------------------------------------- flags with impossible values
@@ -257,18 +253,18 @@ def flip_last_byte_of(path: str, member: str):
 
     with zipfile.ZipFile(path) as z:
         info = z.getinfo(member)
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     header = data[info.header_offset : info.header_offset + 30]
     name_length = int.from_bytes(header[26:28], "little")
     extra_length = int.from_bytes(header[28:30], "little")
     start = info.header_offset + 30 + name_length + extra_length
     data[start + info.compress_size - 1] ^= 0xFF
-    open(path, "wb").write(bytes(data))
+    Path(path).write_bytes(bytes(data))
 
 
 def damage(path: str, how: str, script: str, runs, marker: str):
     """Writes the checkpoint at path again, damaged as `how` says."""
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     with np.load(path, allow_pickle=False) as f:
         saved = {name: f[name] for name in f.files}
     weights = WEIGHTS[script]
@@ -277,7 +273,7 @@ def damage(path: str, how: str, script: str, runs, marker: str):
         return
     if how in ("empty", "not a zip", "cut short"):
         text = {"empty": b"", "not a zip": b"not a checkpoint", "cut short": data[: len(data) // 2]}
-        open(path, "wb").write(text[how])
+        Path(path).write_bytes(text[how])
         return
     if how == "a bad CRC":
         flip_last_byte_of(path, weights + ".npy")
@@ -355,7 +351,7 @@ def test_a_checkpoint_that_cannot_be_written_during_a_run_is_one_line(
 @pytest.mark.parametrize("script", ("es_basic.py", "es_openai.py"))
 def test_a_video_that_cannot_be_written_is_refused_before_any_episode(runs, script, tmp_path):
     run_dir = copy_of(runs, script, tmp_path)
-    env_id = json.load(open(os.path.join(run_dir, "config.json")))["env"]
+    env_id = json.loads(Path(run_dir, "config.json").read_text())["env"]
     os.makedirs(os.path.join(run_dir, "video", f"{env_id}.gif"))  # a folder where the GIF should go
     out = run(script, "--play", run_dir, "--episodes", "1", "--video")
     assert "cannot write" in one_error_line(out) and "mean return" not in out.stdout
@@ -363,8 +359,8 @@ def test_a_video_that_cannot_be_written_is_refused_before_any_episode(runs, scri
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_video_is_written_without_a_word_on_stderr(runs, script, tmp_path):
-    """pygame draws the frames of Box2D and classic-control tasks; with no display its SDL would look
-    for one and print an error line (XDG_RUNTIME_DIR) although the frames need no window."""
+    """pygame draws the frames of Box2D and classic-control tasks; with no display its SDL would
+    look for one and print an error line (XDG_RUNTIME_DIR) although the frames need no window."""
     run_dir = copy_of(runs, script, tmp_path)
     env = {
         k: v
@@ -422,7 +418,7 @@ def test_episode_length_caps_every_episode_and_an_endless_environment_needs_it(
         call(capsys, script, *argv, "--episode-length", "30").returncode == 0
     )  # Pendulum's own limit: 200
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__*"))
-    header, row = open(os.path.join(run_dir, "progress.csv")).read().splitlines()
+    header, row = Path(run_dir, "progress.csv").read_text().splitlines()
     assert header.startswith("iteration,episodes,env_steps,")
     episodes, env_steps = (int(v) for v in row.split(",")[1:3])
     assert episodes >= 4 and env_steps == 30 * episodes
@@ -448,12 +444,13 @@ def test_a_reached_target_is_reported_with_its_episodes_and_env_steps(script, tm
     assert result["status"] == "target" and result["iteration"] == 1
     if script == "es_basic.py":  # the closing line of every run: how it ended
         assert (
-            f"target after iteration 1: {result['episodes']} episodes, {result['env_steps']} env steps"
-            in out.err
+            f"target after iteration 1: {result['episodes']} episodes, "
+            f"{result['env_steps']} env steps" in out.err
         )
         return
     assert (
-        f"target -1000000000.0 reached at {'generation' if script == 'es_openai.py' else 'iteration'} 1: "
+        "target -1000000000.0 reached at "
+        f"{'generation' if script == 'es_openai.py' else 'iteration'} 1: "
         f"{result['episodes']} episodes, {result['env_steps']} env steps"
     ) in out.out
 
@@ -501,10 +498,8 @@ def training(script, tmp_path, **popen):
                 break
         yield proc
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
 
 
@@ -577,7 +572,7 @@ def test_mujocos_warning_about_gymnasiums_model_files_is_silenced(
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_retired_environment_version_is_one_line(script, tmp_path, capsys):
-    """HalfCheetah-v2, as old tutorials spell it: gymnasium raises an ImportError, not its own error."""
+    """HalfCheetah-v2, as in old tutorials: gymnasium raises an ImportError, not its own error."""
     line = one_error_line(
         call(capsys, script, "--env", "HalfCheetah-v2", "--out-dir", str(tmp_path))
     )

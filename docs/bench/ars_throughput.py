@@ -5,8 +5,8 @@
 The training is 10 iterations of ars.py (N = b = 8 directions, no evaluation). Each repetition
 times, one after the other: a bare loop that replays the very episodes of that training (reset
 seeds and actions recorded once from a training with the same seed), ars.py with 1 and with 2
-workers, the bare loop split over 2 processes, a bare loop with random actions, and
-the 1-worker training again with the bare loop running beside it on the other core (paired). Training
+workers, the bare loop split over 2 processes, a bare loop with random actions, and the 1-worker
+training again with the bare loop running beside it on the other core (paired). Training
 rates leave out the first iteration, which also creates each worker's environment. Prints the
 rates of each repetition, their medians, and the best of the repetitions iteration by
 iteration. Every timed run becomes a row of docs/results/throughput.csv.
@@ -52,12 +52,8 @@ def ars_training(env_id: str, workers: int, iterations: int, n_directions: int) 
                 ]
             )
         )
-        devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
-        try:
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             ars.train(args)
-        finally:
-            sys.stdout.close()
-            sys.stdout = devnull
         with open(os.path.join(out, os.listdir(out)[0], "progress.csv")) as f:
             rows = [line.split(",") for line in f.read().splitlines()[1:]]
     steps = np.diff(np.r_[0, [int(r[2]) for r in rows]])

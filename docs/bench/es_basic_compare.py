@@ -2,7 +2,8 @@
 raw returns, or both, with the preset otherwise, on seeds 0, 1, 2; one row per run appended to
 docs/results/es_basic_solves.csv (the default's own rows come from es_basic_solves.sh).
 
-    python docs/bench/es_basic_compare.py --env CartPole-v1      # then: python docs/bench/plot_results.py
+    python docs/bench/es_basic_compare.py --env CartPole-v1
+    python docs/bench/plot_results.py                            # then the figure
 
 Prints, per variant and seed, the training episodes to the target (or "not reached") and the best
 evaluation.
@@ -55,7 +56,8 @@ def main():
             r = appended(run_dir, variant)
             append(family(r), [r], COLUMNS)
             print(
-                f"| {variant} | {seed} | {r['reached_episodes'] or 'not reached'} | {r['best_eval']} |",
+                f"| {variant} | {seed} | {r['reached_episodes'] or 'not reached'} "
+                f"| {r['best_eval']} |",
                 flush=True,
             )
 

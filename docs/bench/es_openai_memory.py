@@ -1,10 +1,10 @@
-"""Memory of a whole es_openai.py run: the largest proportional set size (PSS) of the master and
+r"""Memory of a whole es_openai.py run: the largest proportional set size (PSS) of the master and
 its workers together, sampled every 0.2 s. PSS splits each shared page among the processes that
 map it, so the shared noise table counts once, not once per worker.
 
     python docs/bench/es_openai_memory.py -- --env HalfCheetah-v5 --workers 2 --iterations 3
-    python docs/bench/es_openai_memory.py --script ../old/es_openai.py -- --env HalfCheetah-v5 --workers 2 \
-        --iterations 3
+    python docs/bench/es_openai_memory.py --script ../old/es_openai.py -- --env HalfCheetah-v5 \
+        --workers 2 --iterations 3
 
 Everything after -- goes to es_openai.py (or the --script given). Each run becomes a row of
 docs/results/memory.csv. Linux only (/proc/<pid>/smaps_rollup).
@@ -48,7 +48,8 @@ def main():
     )
     if own and not (len(own) == 2 and own[0] == "--script" and os.path.isfile(script)):
         print(
-            "es_openai_memory.py: error: give --script FILE or nothing before --, es_openai.py's options after it",
+            "es_openai_memory.py: error: give --script FILE or nothing before --, "
+            "es_openai.py's options after it",
             file=sys.stderr,
         )
         sys.exit(2)
@@ -71,7 +72,8 @@ def main():
     if proc.returncode != 0:  # es_openai.py said why on stderr
         sys.exit(proc.returncode)
     print(
-        f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak * 1024 / 1e9:.2f} GB) over {peak_procs} processes; "
+        f"peak PSS of the run: {peak / 2**20:.2f} GiB ({peak * 1024 / 1e9:.2f} GB) "
+        f"over {peak_procs} processes; "
         f"exit status {proc.returncode}"
     )
     commit = subprocess.run(

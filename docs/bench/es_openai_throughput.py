@@ -10,7 +10,8 @@ the 1-worker training again with the bare loop running beside it on the other co
 Training rates leave out the first generation, which also creates each worker's environments.
 Prints the rates of each repetition, their medians, and the best of the repetitions generation
 by generation; last, the per-step cost of the policy and of env.step as the workers measured
-them. Every timed run becomes a row of docs/results/throughput.csv. How and why: docs/bench/replay.py.
+them. Every timed run becomes a row of docs/results/throughput.csv.
+How and why: docs/bench/replay.py.
 """
 
 import argparse
@@ -30,7 +31,7 @@ import es_openai as eo  # noqa: E402
 
 
 def es_args(env_id: str, workers: int, iterations: int, population: int, extra: list, out: str):
-    """es_openai.py's settings for a timed training (no evaluation), checked as the script checks them."""
+    """es_openai.py's settings for a timed training (no evaluation), checked as the script would."""
     return eo.configure(
         eo.build_parser().parse_args(
             [
@@ -62,12 +63,8 @@ def es_training(env_id: str, workers: int, iterations: int, population: int, ext
     microseconds over the generations after the first."""
     with tempfile.TemporaryDirectory() as out:
         args = es_args(env_id, workers, iterations, population, extra, out)
-        devnull, sys.stdout = sys.stdout, open(os.devnull, "w")
-        try:
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             eo.train(args)
-        finally:
-            sys.stdout.close()
-            sys.stdout = devnull
         with open(os.path.join(out, os.listdir(out)[0], "progress.csv")) as f:
             rows = list(csv.DictReader(f))
     gens = [
@@ -101,7 +98,7 @@ def main():
     if a.iterations < 2 or a.repeats < 1:
         p.error("--iterations must be at least 2 (the first is left out), --repeats at least 1")
     err = io.StringIO()
-    try:  # what es_openai.py itself would refuse (the environment, --population, --lockstep), before any timing
+    try:  # es_openai.py's own refusals (the environment, --population, --lockstep), before timing
         with contextlib.redirect_stderr(err):
             es_args(
                 a.env,

@@ -15,6 +15,7 @@ every timed run becomes a row of docs/results/throughput.csv, each script named 
 """
 
 import argparse
+import contextlib
 import csv
 import glob
 import os
@@ -63,10 +64,11 @@ def rate(script: str, env_id: str, workers: int) -> float:
 
 def bare_rate(env_id: str, episodes: int = 10) -> float:
     """env.step alone: steps/s over episodes of uniform random actions, resets excluded."""
-    try:  # MuJoCo 3.3+ warns of gymnasium's settotalmass on every make
-        __import__("mujoco").set_mju_user_warning(lambda message: None)
-    except ImportError:
-        pass
+    # MuJoCo 3.3+ warns of gymnasium's settotalmass on every make
+    with contextlib.suppress(ImportError):
+        import mujoco
+
+        mujoco.set_mju_user_warning(lambda message: None)
     env, steps, seconds = gym.make(env_id), 0, 0.0
     rng = np.random.default_rng(0)
     for seed in range(episodes):

@@ -1,5 +1,5 @@
-"""The docs' result figures, drawn from docs/results/*.csv: for each seed, the environment steps (or episodes) a
-run took to its target (a cross at the top for a run that never reached it).
+"""The docs' result figures, drawn from docs/results/*.csv: for each seed, the environment steps (or
+episodes) a run took to its target (a cross at the top for a run that never reached it).
 
     python docs/bench/plot_results.py        # writes docs/img/ars_bipedalwalker_avx512.png,
                                              # es_openai_hopper_avx512.png and es_basic_compare.png

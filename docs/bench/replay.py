@@ -31,11 +31,10 @@ tens of percent between repetitions. `measure` reports both:
   rates of those same seconds. Whatever the host does to both cores at once cancels out of the
   ratio; what it does to one core alone does not, and the two loops share the processor's caches.
   On the 2-core AMD EPYC of docs/ars.md the two cores' speeds were not correlated
-  (`core_swings.py` of commit 015dbc7: r = -0.13 and 0.06 over 40 one-second windows), so there the pairing did not
-  narrow the spread.
+  (`core_swings.py` of commit 015dbc7: r = -0.13 and 0.06 over 40 one-second windows), so there
+  the pairing did not narrow the spread.
 """
 
-import argparse
 import contextlib
 import glob
 import importlib
@@ -51,7 +50,7 @@ from results_csv import THROUGHPUT, append, machine
 
 
 class Recorder:
-    """Wraps an environment; on each episode's end saves (seed, actions, return) as one .npz file."""
+    """Wraps an environment; at each episode's end saves (seed, actions, return) in an .npz file."""
 
     counter = itertools.count()
 
@@ -81,10 +80,7 @@ class Recorder:
 
 
 def make(module, env_id: str):
-    """An environment as the script makes it: ars.py's make_env takes its options, es_openai.py's
-    the id and an episode length."""
-    if module.__name__ == "ars":
-        return module.make_env(argparse.Namespace(env=env_id, episode_length=None))
+    """An environment as the script makes it (make_env: the same in ars.py and es_openai.py)."""
     return module.make_env(env_id, None)
 
 
@@ -254,13 +250,15 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
                 f"{got.tolist()} against {steps.tolist()} steps"
             )
         print(
-            f"recorded {sum(sizes):,} training episodes ({steps.sum():,} steps) in {len(sizes)} iterations; "
+            f"recorded {sum(sizes):,} training episodes ({steps.sum():,} steps) "
+            f"in {len(sizes)} iterations; "
             f"{mismatches} replayed episodes differ from the training's return\n"
         )
         print(
-            f"| repetition | bare loop, training's episodes (1 core) | {script}, 1 worker | per-core ratio | "
-            f"{script}, 2 workers | speed-up 1 -> 2 | bare loop on 2 processes | its speed-up 1 -> 2 | "
-            f"bare loop, random actions | paired: {script}, 1 worker | bare loop beside it | paired ratio |"
+            f"| repetition | bare loop, training's episodes (1 core) | {script}, 1 worker "
+            f"| per-core ratio | {script}, 2 workers | speed-up 1 -> 2 "
+            f"| bare loop on 2 processes | its speed-up 1 -> 2 | bare loop, random actions "
+            f"| paired: {script}, 1 worker | bare loop beside it | paired ratio |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         n = steps[1:].sum()
@@ -314,23 +312,28 @@ def measure(module, script: str, env_id: str, train, repeats: int, random_episod
                 THROUGHPUT,
             )
             print(
-                f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} | {two:,.0f} | {two / one:.2f}x | "
-                f"{bare2:,.0f} | {bare2 / bare:.2f}x | {rand:,.0f} | {one_paired:,.0f} | {bare_beside:,.0f} | "
-                f"{one_paired / bare_beside:.2f} |",
+                f"| {r + 1} | {bare:,.0f} | {one:,.0f} | {one / bare:.2f} "
+                f"| {two:,.0f} | {two / one:.2f}x | {bare2:,.0f} | {bare2 / bare:.2f}x "
+                f"| {rand:,.0f} | {one_paired:,.0f} | {bare_beside:,.0f} "
+                f"| {one_paired / bare_beside:.2f} |",
                 flush=True,
             )
     rows = np.array(rows)
     m, lo, hi = np.median(rows, axis=0), rows.min(axis=0), rows.max(axis=0)
     print(
-        f"| median of {repeats} | {m[0]:,.0f} | {m[1]:,.0f} | {m[2]:.2f} ({lo[2]:.2f}-{hi[2]:.2f}) | {m[3]:,.0f} | "
-        f"{m[4]:.2f}x ({lo[4]:.2f}-{hi[4]:.2f}) | {m[5]:,.0f} | {m[6]:.2f}x ({lo[6]:.2f}-{hi[6]:.2f}) | {m[7]:,.0f} | "
-        f"{m[8]:,.0f} | {m[9]:,.0f} | {m[10]:.2f} ({lo[10]:.2f}-{hi[10]:.2f}) |"
+        f"| median of {repeats} | {m[0]:,.0f} | {m[1]:,.0f} "
+        f"| {m[2]:.2f} ({lo[2]:.2f}-{hi[2]:.2f}) | {m[3]:,.0f} "
+        f"| {m[4]:.2f}x ({lo[4]:.2f}-{hi[4]:.2f}) | {m[5]:,.0f} "
+        f"| {m[6]:.2f}x ({lo[6]:.2f}-{hi[6]:.2f}) | {m[7]:,.0f} "
+        f"| {m[8]:,.0f} | {m[9]:,.0f} | {m[10]:.2f} ({lo[10]:.2f}-{hi[10]:.2f}) |"
     )
     best = {k: n / np.min(np.array(v), axis=0).sum() for k, v in runs.items()}
     best2 = rows[:, 5].max()
     print(
-        f"| best of {repeats}, iteration by iteration | {best['bare']:,.0f} | {best['one']:,.0f} | "
-        f"{best['one'] / best['bare']:.2f} | {best['two']:,.0f} | {best['two'] / best['one']:.2f}x | "
-        f"{best2:,.0f} (fastest run) | {best2 / best['bare']:.2f}x | {rows[:, 7].max():,.0f} (fastest run) | | | |"
+        f"| best of {repeats}, iteration by iteration | {best['bare']:,.0f} | {best['one']:,.0f} "
+        f"| {best['one'] / best['bare']:.2f} | {best['two']:,.0f} "
+        f"| {best['two'] / best['one']:.2f}x | {best2:,.0f} (fastest run) "
+        f"| {best2 / best['bare']:.2f}x "
+        f"| {rows[:, 7].max():,.0f} (fastest run) | | | |"
     )
     return {"rows": rows, "best": best}

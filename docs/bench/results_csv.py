@@ -2,15 +2,18 @@
 preset, processor, start, commit) and what it reached (its target: the first evaluation at it, or
 with --confirm-episodes the first confirmation; the best evaluation; the --play return; the totals).
 
-    python docs/bench/results_csv.py --append RUN_DIR ... [--variant V]   # rows added to docs/results/
-    git worktree add ../record 015dbc7               # the run directories of the older rows, then:
-    python docs/bench/results_csv.py --results ../record/docs/bench/results --check   # a row missing: exit 1
-    python docs/bench/results_csv.py --results ../record/docs/bench/results   # rebuilt from them alone
+    python docs/bench/results_csv.py --append RUN_DIR ... [--variant V]  # rows to docs/results/
+    git worktree add ../record 015dbc7  # the run directories of the older rows, then:
+    python docs/bench/results_csv.py --results ../record/docs/bench/results --check
+    python docs/bench/results_csv.py --results ../record/docs/bench/results
+
+With --check, exit status 1 if a row is missing; without, the CSVs are rebuilt from those alone.
 
 A run directory is `<env>__<script>__<seed>[__<variant>][__<start>]` with its config.json,
 progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s output). The rows
 go to docs/results/<script>_<family>.csv: es_basic.py's solves; for the others BipedalWalker-v3
-apart, the MuJoCo tasks together. The benchmark scripts also import `machine` and `append` from here.
+apart, the MuJoCo tasks together. The benchmark scripts also import `machine` and `append`
+from here.
 """
 
 import argparse
@@ -25,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -48,8 +52,9 @@ NOT_FLAGS = {
 }
 COLUMNS = (
     "script env seed variant flags processor simd started commit target reached_iteration "
-    "reached_episodes reached_env_steps reached_wall_time_s confirm_return play_return play_std play_episodes "
-    "best_eval best_eval_iteration iterations episodes env_steps wall_time_s"
+    "reached_episodes reached_env_steps reached_wall_time_s confirm_return "
+    "play_return play_std play_episodes best_eval best_eval_iteration iterations episodes "
+    "env_steps wall_time_s"
 ).split()
 THROUGHPUT = (
     "bench env run workers repetition value unit processor simd date commit".split()
@@ -62,7 +67,7 @@ def number(text: str) -> float:
 
 def machine() -> dict:
     """This machine's processor and SIMD, the time now (UTC) and the commit checked out."""
-    cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    cpu = Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""
     name = re.search(r"model name\s*:\s*(.*)", cpu)
     flags = re.search(r"flags\s*:\s*(.*)", cpu)
     git = [
@@ -88,8 +93,11 @@ def append(
     """Add rows to docs/results/<name>, with the header if the file is new; returns the path."""
     path = os.path.join(out, name)
     new = not os.path.exists(path)
-    if not new and open(path).readline().strip() != ",".join(columns):
-        raise SystemExit(f"{path}: its header is not {','.join(columns)}; nothing appended")
+    if not new:
+        with open(path) as f:
+            header = f.readline().strip()
+        if header != ",".join(columns):
+            raise SystemExit(f"{path}: its header is not {','.join(columns)}; nothing appended")
     with open(path, "a") as f:
         writer = csv.DictWriter(f, columns, lineterminator="\n")
         if new:
@@ -109,7 +117,7 @@ def row(run_dir: str, variant: str = None) -> dict:
     env, script, seed, *rest = os.path.basename(os.path.normpath(run_dir)).split("__")
     stamp = rest.pop() if rest and re.fullmatch(r"\d{8}-\d{6}", rest[-1]) else ""
     variant = rest if variant is None else [variant]
-    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    cfg = json.loads(Path(run_dir, "config.json").read_text())
     with open(os.path.join(run_dir, "progress.csv")) as f:
         rows = list(csv.DictReader(f))
     generic, presets = (
@@ -153,7 +161,7 @@ def row(run_dir: str, variant: str = None) -> dict:
     stamp = stamp or str(cfg.get("run_dir", "")).rsplit("__", 1)[-1]  # YYYYmmdd-HHMMSS
     played = os.path.join(run_dir, "play.txt")
     play = (
-        re.search(r"mean return (\S+) \+- (\S+) over (\d+) episodes", open(played).read())
+        re.search(r"mean return (\S+) \+- (\S+) over (\d+) episodes", Path(played).read_text())
         if os.path.exists(played)
         else None
     )
@@ -248,7 +256,7 @@ def main():
     if a.append:  # every row made before any is written
         for run_dir in a.append:
             log = os.path.join(run_dir, "progress.csv")
-            if not os.path.isfile(log) or len(open(log).read().splitlines()) < 2:
+            if not os.path.isfile(log) or len(Path(log).read_text().splitlines()) < 2:
                 p.error(f"'{run_dir}' holds no progress.csv with a row")
         for r in [appended(run_dir, a.variant) for run_dir in a.append]:
             print(f"{append(family(r), [r], COLUMNS, a.out)}: {r['env']} seed {r['seed']}")
@@ -261,7 +269,7 @@ def main():
             n
             for n, t in texts.items()
             if not os.path.exists(os.path.join(a.out, n))
-            or not set(t.splitlines()) <= set(open(os.path.join(a.out, n)).read().splitlines())
+            or not set(t.splitlines()) <= set(Path(a.out, n).read_text().splitlines())
         ]
         print(
             "\n".join(f"{n} lacks rows of its run directories" for n in stale)

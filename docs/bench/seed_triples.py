@@ -1,7 +1,8 @@
-"""How often would three seeds have met a paper's figure? Every triple of the given runs, counted.
+r"""How often would three seeds have met a paper's figure? Every triple of the given runs, counted.
 
-    python docs/bench/seed_triples.py --paper 1973 --csv docs/results/ars_mujoco.csv --env Hopper-v5 --variant avx512
-    python docs/bench/seed_triples.py --paper 1973 runs/Hopper-v5__ars__*     # run directories of your own
+    python docs/bench/seed_triples.py --paper 1973 --csv docs/results/ars_mujoco.csv \
+        --env Hopper-v5 --variant avx512
+    python docs/bench/seed_triples.py --paper 1973 runs/Hopper-v5__ars__*  # your run directories
 
 A paper reports the episodes (or env steps) to a threshold over three seeds; runs of ars.py or
 es_openai.py give one count per seed (the --count column of progress.csv at the first evaluation
@@ -48,7 +49,8 @@ def count_to_target(run_dir: str, column: str = "episodes") -> tuple:
         or any(len(r) != len(header) for r in rows)
     ):
         fail(
-            f"{run_dir}: its progress.csv has no {column} or eval_return_mean column, or a damaged row"
+            f"{run_dir}: its progress.csv has no {column} or eval_return_mean column, "
+            "or a damaged row"
         )
     at, ev = header.index(column), header.index("eval_return_mean")
     try:
@@ -97,7 +99,9 @@ def main():
         "--paper",
         type=float,
         required=True,
-        help="the paper's figure: episodes (or, with --count env_steps, env steps) to the threshold",
+        help=(
+            "the paper's figure: episodes (or, with --count env_steps, env steps) to the threshold"
+        ),
     )
     p.add_argument(
         "--count",
@@ -136,7 +140,8 @@ def main():
     print(f"seed: {a.count} to the target ->", ", ".join(f"{s}: {fmt(c)}" for s, c in counts))
     print(f"runs: {n}, reached: {sum(v < math.inf for v in values)}, median of all: {fmt(median)}")
     print(
-        f"single runs at or under {a.paper:,.0f}: {k['single']} of {n} ({100 * k['single'] / n:.0f}%)"
+        f"single runs at or under {a.paper:,.0f}: "
+        f"{k['single']} of {n} ({100 * k['single'] / n:.0f}%)"
     )
     for what in ("median", "average"):
         print(

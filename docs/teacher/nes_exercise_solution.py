@@ -1,8 +1,8 @@
 """The teacher's solution of the NES class exercise: the bodies of its five parts, to paste into
 nes_exercise.py under "YOUR CODE HERE" (the given functions they call come from that file).
 
-    python docs/teacher/nes_exercise_solution.py --check     # the checker on these five functions
-    python docs/teacher/nes_exercise_solution.py             # the exercise solved: trains CartPole-v1
+    python docs/teacher/nes_exercise_solution.py --check  # the checker on these five functions
+    python docs/teacher/nes_exercise_solution.py          # the exercise solved: trains CartPole-v1
 """
 
 import os
@@ -16,7 +16,7 @@ from nes_exercise import (
     gym,
     n_outputs,
     np,
-    pair_seeds,  # noqa: E402
+    pair_seeds,
     policy_shapes,
     rollout,
     sample_noise,
