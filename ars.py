@@ -435,6 +435,7 @@ class RayExecutor:
     def __init__(self, address):
         self.ray = start_ray(address)
         self.remote = {}
+        ENVS.clear()  # Ray takes this file's globals by value: this process's own would travel
 
     def submit(self, fn, *args):
         if fn not in self.remote:

@@ -7,123 +7,63 @@ cited below as "Eq. (n)".
     python es_openai.py --evaluate-snapshots runs/<run-dir> --episodes 5
 """
 
-import argparse
-import contextlib
-import datetime
-import json
-import math
-import mmap
-import multiprocessing as mp
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from multiprocessing.connection import wait
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse  # noqa: E402 (after the thread settings, which numpy reads when imported)
+import csv  # noqa: E402
+import ctypes  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import mmap  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, ProcessPoolExecutor, wait  # noqa: E402
+
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
 # The paper's MuJoCo policy (2x64 tanh, 10 action bins for Hopper and Swimmer), the starter code's
 # l2coeff and action noise; HalfCheetah's sigma and alpha tuned here (docs/es_openai.md, "Presets").
-MUJOCO = dict(
-    hidden="64,64",
-    sigma=0.05,
-    alpha=0.03,
-    l2coeff=0.005,
-    ac_noise_std=0.01,
-    eval_every=5,
-    eval_episodes=5,
-)
+MUJOCO = dict(hidden="64,64", sigma=0.05, alpha=0.03, l2coeff=0.005, ac_noise_std=0.01)
+MUJOCO.update(eval_every=5, eval_episodes=5)
+SMALL_STEPS = dict(MUJOCO, sigma=0.02, alpha=0.01, ac_bins=10)  # Swimmer's and Hopper's
 PRESETS = {
     "HalfCheetah-v5": dict(MUJOCO, population=40, iterations=150, target_return=2385.79),
-    "Swimmer-v5": dict(
-        MUJOCO,
-        sigma=0.02,
-        alpha=0.01,
-        population=40,
-        ac_bins=10,
-        iterations=100,
-        target_return=128.25,
-    ),
-    "Hopper-v5": dict(
-        MUJOCO,
-        sigma=0.02,
-        alpha=0.01,
-        population=100,
-        ac_bins=10,
-        iterations=1000,
-        target_return=3403.46,
-    ),
-    "CartPole-v1": dict(
-        hidden="16",
-        sigma=0.05,
-        alpha=0.03,
-        l2coeff=0.005,
-        population=40,
-        iterations=100,
-        eval_every=5,
-        eval_episodes=20,
-        target_return=475.0,
-    ),
+    "Swimmer-v5": dict(SMALL_STEPS, population=40, iterations=100, target_return=128.25),
+    "Hopper-v5": dict(SMALL_STEPS, population=100, iterations=1000, target_return=3403.46),
+    "CartPole-v1": dict(hidden="16", sigma=0.05, alpha=0.03, l2coeff=0.005, population=40),
 }
-GENERIC = dict(
-    env="HalfCheetah-v5",
-    seed=0,
-    hidden="64,64",
-    sigma=0.02,
-    alpha=0.01,
-    l2coeff=0.005,
-    population=40,
-    ac_bins=0,
-    iterations=200,
-    eval_every=10,
-    eval_episodes=10,
-    min_timesteps=0,
-    optimizer="adam",
-    momentum=0.9,
-    beta1=0.9,
-    beta2=0.999,
-    fitness="centered_rank",
-    mirror=True,
-    activation="tanh",
-    obs_norm=True,
-    calc_obstat_prob=0.01,
-    eval_prob=0.0,
-    noise_size=250_000_000,
-    noise_seed=123,
-    lockstep=4,
-    out_dir="runs",
-    save_every=10,
-)
-STEER = (
-    "iterations",
-    "workers",
-    "lockstep",
-    "target_return",
-    "save_every",
-    "alpha",
-    "sigma",
-    "ray",
-    "ray_address",
-)  # what --resume takes again: where a run goes on, or its step sizes
+PRESETS["CartPole-v1"].update(iterations=100, eval_every=5, eval_episodes=20, target_return=475.0)
+GENERIC = dict(env="HalfCheetah-v5", seed=0, out_dir="runs", iterations=200, save_every=10)
+GENERIC.update(hidden="64,64", activation="tanh", ac_bins=0, obs_norm=True, calc_obstat_prob=0.01)
+GENERIC.update(sigma=0.02, alpha=0.01, l2coeff=0.005, population=40, min_timesteps=0, mirror=True)
+GENERIC.update(optimizer="adam", momentum=0.9, beta1=0.9, beta2=0.999, fitness="centered_rank")
+GENERIC.update(eval_every=10, eval_episodes=10, eval_prob=0.0, lockstep=4)
+GENERIC.update(noise_size=250_000_000, noise_seed=123)
+# What --resume takes again: where a run goes on, or its step sizes.
+STEER = "iterations workers lockstep target_return save_every alpha sigma ray ray_address".split()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    presets = "; ".join(f"{env}: {preset}" for env, preset in PRESETS.items())
+    p = Parser(
         prog="es_openai.py",
         description=__doc__.split("\n")[0],
-        epilog=(
-            "presets: " + "; ".join(f"{e}: {d}" for e, d in PRESETS.items()) + f"; else: {GENERIC}"
-        ),
+        epilog=f"presets: {presets}; else: {GENERIC}",
     )
-    p.error = lambda message: p.exit(2, f"es_openai.py: error: {message} (see --help)\n")
-    a, n, r = p.add_argument, at_least, in_range  # unset flags: the preset, then GENERIC
+    a = p.add_argument  # unset flags: the preset, then GENERIC
+    n = at_least
+    r = in_range
     a("--env", help="gymnasium id with Box or Discrete actions (default HalfCheetah-v5)")
     a("--seed", type=n(0), help="decides every random number of the run but the noise table")
     a("--iterations", type=n(0), help="generations, updates of theta (preset)")
@@ -170,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- the math (docs/es_openai.md, Eqs. 1-9) ----
-TRAIN, EVAL, INIT = 0, 2, 3  # first word of a stream key: what the stream is for (as in ars.py)
+# The first word of a random stream's name: what its numbers are for (as in ars.py).
+TRAIN = 0
+EVAL = 2
+INIT = 3
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -200,9 +143,7 @@ def shape_fitness(returns: np.ndarray, sign_returns: np.ndarray, mode: str) -> n
     return returns.astype(np.float64)
 
 
-def batched_weighted_sum(
-    weights: np.ndarray, indices: np.ndarray, table: np.ndarray, dim: int, batch_size: int = 500
-) -> np.ndarray:
+def batched_weighted_sum(weights, indices, table: np.ndarray, dim: int, batch_size=500):
     """sum_i w_i eps_i, eps_i = table[idx_i : idx_i + dim], as (batch, dim) products (the starter's
     batch of 500, smaller for wide policies: at most 64 MB of noise at once)."""
     batch_size = max(1, min(batch_size, (64 << 20) // (4 * dim)))
@@ -223,12 +164,18 @@ def es_gradient(F: np.ndarray, indices: np.ndarray, table: np.ndarray, dim: int)
 def update(state: dict, g: np.ndarray, args) -> dict:
     """The optimizer's step on -g + l2coeff theta (weight decay), from its state (m, v, t): Adam
     and SGD fold the 1/sigma of Eq. (2) into alpha, plain steps take it. Returns the new state."""
-    theta, m, v, t = state["theta"], state["opt_m"], state["opt_v"], state["opt_t"] + 1
-    grad = -g * (1.0 / args.sigma if args.optimizer == "plain" else 1.0) + args.l2coeff * theta
+    theta = state["theta"]
+    m = state["opt_m"]
+    v = state["opt_v"]
+    t = state["opt_t"] + 1
+    scale = 1.0 / args.sigma if args.optimizer == "plain" else 1.0
+    grad = -g * scale + args.l2coeff * theta
     if args.optimizer == "adam":  # Eq. (7), the starter's form: the bias corrections in the step
-        b1, b2 = args.beta1, args.beta2
+        b1 = args.beta1
+        b2 = args.beta2
         a = args.alpha * np.sqrt(1 - b2**t) / (1 - b1**t)
-        m, v = b1 * m + (1 - b1) * grad, b2 * v + (1 - b2) * grad * grad
+        m = b1 * m + (1 - b1) * grad
+        v = b2 * v + (1 - b2) * grad * grad
         step = -a * m / (np.sqrt(v) + 1e-8)
     elif args.optimizer == "sgd":  # Eq. (8), the starter's momentum: v <- gamma v + (1 - gamma) g
         v = args.momentum * v + (1 - args.momentum) * grad
@@ -248,43 +195,61 @@ def ob_mean_std(state: dict) -> tuple:
 # ---- the policy: an MLP over one flat float32 theta (Eqs. 9-11) ----
 def layer_sizes(obs_dim: int, hidden: list, act, ac_bins: int) -> list:
     """[obs_dim, *hidden, outputs]: n logits (Discrete), adim * K logits (K bins), or adim."""
-    return [obs_dim, *hidden, int(act.n) if hasattr(act, "n") else act.shape[0] * (ac_bins or 1)]
+    if isinstance(act, gym.spaces.Discrete):
+        return [obs_dim, *hidden, int(act.n)]
+    return [obs_dim, *hidden, act.shape[0] * (ac_bins or 1)]
+
+
+def n_params(sizes: list) -> int:
+    """d, the number of weights and biases of an MLP with these layer sizes."""
+    return sum(n_in * n_out + n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
 
 
 def unflatten(theta: np.ndarray, sizes: list) -> list:
     """Views [(W, b), ...] into theta, W of shape (n_in, n_out) as in the starter: h @ W + b."""
-    layers, at = [], 0
+    layers = []
+    start = 0
     for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        layers.append(
-            (
-                theta[at : at + n_in * n_out].reshape(n_in, n_out),
-                theta[at + n_in * n_out : at + n_in * n_out + n_out],
-            )
-        )
-        at += n_in * n_out + n_out
+        W = theta[start : start + n_in * n_out].reshape(n_in, n_out)
+        start += n_in * n_out
+        b = theta[start : start + n_out]
+        start += n_out
+        layers.append((W, b))
     return layers
 
 
 def normc_init(sizes: list, rng: np.random.Generator) -> np.ndarray:
     """Eq. (10): Gaussian columns rescaled to norm 1 (hidden layers) and 0.01 (output); biases 0."""
-    theta = np.zeros(sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:])), np.float32)
+    theta = np.zeros(n_params(sizes), np.float32)
     layers = unflatten(theta, sizes)
     for j, (W, _) in enumerate(layers):
-        w, std = rng.standard_normal(W.shape), 0.01 if j == len(layers) - 1 else 1.0
+        w = rng.standard_normal(W.shape)
+        std = 0.01 if j == len(layers) - 1 else 1.0
         W[:] = w * std / np.sqrt(np.square(w).sum(axis=0, keepdims=True))
     return theta
+
+
+def tanh(z, out):
+    np.tanh(z, out=out)
+
+
+def relu(z, out):
+    np.maximum(z, 0.0, out=out)
+
+
+def lrelu(z, out):  # deviation: the starter's slope is 0.2
+    np.maximum(z, 0.01 * z, out=out)
 
 
 def elu(z, out):  # a real ELU (the notebooks this grew from mapped elu to a leaky ReLU)
     out[:] = np.where(z > 0, z, np.expm1(np.minimum(z, 0.0)))
 
 
-ACTIVATIONS = {
-    "tanh": np.tanh,
-    "relu": lambda z, out: np.maximum(z, 0.0, out=out),
-    "elu": elu,
-    "lrelu": lambda z, out: np.maximum(z, 0.01 * z, out=out),
-}  # deviation: starter 0.2
+ACTIVATIONS = {"tanh": tanh, "relu": relu, "lrelu": lrelu, "elu": elu}
+
+
+def tiled(values, last: float, B: int) -> np.ndarray:  # B copies of [*values, last], end to end
+    return np.tile(np.append(values, last), B)
 
 
 class Policy:
@@ -294,27 +259,30 @@ class Policy:
     one batched product per layer (B = 1: plain vectors). Each row gives what it gives alone."""
 
     def __init__(self, thetas, sizes, activation, act, ac_bins, ob_mean, ob_std, ob_clip=True):
-        B, lead = len(thetas), (() if len(thetas) == 1 else (len(thetas), 1))
-        layers = [
-            [np.vstack([W, b]).astype(np.float64) for W, b in unflatten(t, sizes)] for t in thetas
+        B = len(thetas)
+        lead = () if B == 1 else (B, 1)
+        per_theta = [
+            [np.vstack([W, b]).astype(np.float64) for W, b in unflatten(theta, sizes)]
+            for theta in thetas
         ]
-        self.layers = [Wb[0] if B == 1 else np.stack(Wb) for Wb in zip(*layers)]
+        self.layers = [Wb[0] if B == 1 else np.stack(Wb) for Wb in zip(*per_theta)]
         self.inputs = [np.ones((*lead, n + 1)) for n in sizes[:-1]]  # each input ends with the 1
-        self.x0, self.obs = self.inputs[0].reshape(-1), self.inputs[0][..., :-1].reshape(B, -1)
-        self.hidden, self.B = [x[..., :-1] for x in self.inputs[1:]], B  # where activations go
-        self.act, self.discrete, self.bins = ACTIVATIONS[activation], hasattr(act, "n"), ac_bins
+        self.x0 = self.inputs[0].reshape(-1)
+        self.obs = self.inputs[0][..., :-1].reshape(B, -1)
+        self.hidden = [x[..., :-1] for x in self.inputs[1:]]  # where activations go
+        self.B = B
+        self.act = ACTIVATIONS[activation]
+        self.discrete = isinstance(act, gym.spaces.Discrete)
+        self.bins = ac_bins
         inv_std = 1.0 / np.asarray(ob_std, np.float64)  # Eq. (9) on all of x0: the 1s stay 1
         clip = 5.0 if ob_clip else np.inf  # without normalization the observations go in raw
-        rows = lambda a, one: np.tile(np.append(a, one), B)  # noqa: E731
-        self.scale, self.shift = (
-            rows(inv_std, 1.0),
-            rows(-np.asarray(ob_mean, np.float64) * inv_std, 0.0),
-        )
-        self.clip_low, self.clip_high = (rows(np.full(sizes[0], c), 1.0) for c in (-clip, clip))
+        self.scale = tiled(inv_std, 1.0, B)
+        self.shift = tiled(-np.asarray(ob_mean, np.float64) * inv_std, 0.0, B)
+        self.clip_low = tiled(np.full(sizes[0], -clip), 1.0, B)
+        self.clip_high = tiled(np.full(sizes[0], clip), 1.0, B)
         if not self.discrete:
-            self.low, self.high = (
-                np.tile(x.astype(np.float64), (B, 1)) for x in (act.low, act.high)
-            )
+            self.low = np.tile(act.low.astype(np.float64), (B, 1))
+            self.high = np.tile(act.high.astype(np.float64), (B, 1))
             self.rows = np.arange(self.low.shape[1])  # bin k: low + k (high - low) / (K - 1)
             self.bin_values = np.linspace(self.low[0], self.high[0], ac_bins or 2, axis=1)
 
@@ -363,132 +331,126 @@ def rollouts(
     """The B = policy.B episodes of the jobs stepped together, one policy call per step; job j's
     share env_seeds[j], draw action noise from rngs[j] (Eq. 11) and keep their observations' sums
     if keep_obs[j]. ([(return, sign return, length, sums)] per episode, policy s, env.step s)."""
-    B, per = policy.B, policy.B // len(env_seeds)  # per: 2 for a mirrored pair, else 1
-    envs += [
-        make_env(envs[0].spec.id, envs[0].spec.max_episode_steps) for _ in range(B - len(envs))
-    ]
+    B = policy.B
+    per = B // len(env_seeds)  # 2 for a mirrored pair, else 1
+    while len(envs) < B:
+        envs.append(make_env(envs[0].spec.id, envs[0].spec.max_episode_steps))
     obs = [reset_env(envs[i], env_seeds[i // per])[0] for i in range(B)]
-    total, signs, steps, running = [0.0] * B, [0.0] * B, [0] * B, list(range(B))
+    total = [0.0] * B
+    signs = [0.0] * B
+    steps = [0] * B
+    running = list(range(B))
     kept = [[ob] if keep_obs and keep_obs[i // per] else None for i, ob in enumerate(obs)]
-    noisy, t, t_policy, t_env = rngs is not None and ac_noise_std > 0, 0, 0.0, 0.0
+    noisy = rngs is not None and ac_noise_std > 0
+    noise = None
+    t = 0
+    t_policy = 0.0
+    t_env = 0.0
     while running:
         t0 = time.perf_counter()
         if noisy and t % 256 == 0:  # (256, B, adim): each job's block from its own stream
-            block = np.concatenate(
-                [
-                    ac_noise_std * rng.standard_normal((256, per, policy.low.shape[1]))
-                    for rng in rngs
-                ],
-                axis=1,
-            )
-        noise = block[t % 256] if noisy else None
+            shape = (256, per, policy.low.shape[1])
+            block = np.concatenate([ac_noise_std * rng.standard_normal(shape) for rng in rngs], 1)
+        if noisy:
+            noise = block[t % 256]
         actions = policy(obs, noise)
         t1 = time.perf_counter()
         results = [(i, *envs[i].step(actions[i])) for i in running]
-        t_policy, t_env, t = t_policy + t1 - t0, t_env + time.perf_counter() - t1, t + 1
+        t_policy += t1 - t0
+        t_env += time.perf_counter() - t1
+        t += 1
         if frames is not None and t % 2 == 1:  # every other frame: rendering costs more than a step
             frames.append(envs[0].render())
         for i, ob, r, terminated, truncated, _ in results:
             r = float(r)
-            total[i], signs[i], steps[i] = total[i] + r, signs[i] + (r > 0) - (r < 0), steps[i] + 1
+            total[i] += r
+            signs[i] += (r > 0) - (r < 0)
+            steps[i] += 1
             if terminated or truncated:
                 running.remove(i)
                 continue
             obs[i] = ob
             if kept[i] is not None:  # the states acted on; the terminal one is not
                 kept[i].append(ob)
-    sums = [
-        None
-        if o is None
-        else (
-            np.asarray(o, np.float64).sum(axis=0),
-            np.square(np.asarray(o, np.float64)).sum(axis=0),
-        )
-        for o in kept
-    ]
+    sums = []
+    for observed in kept:
+        if observed is None:
+            sums.append(None)
+        else:
+            x = np.asarray(observed, np.float64)
+            sums.append((x.sum(axis=0), np.square(x).sum(axis=0)))
     return list(zip(total, signs, steps, sums)), t_policy, t_env
 
 
 def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
     """A worker's answer to a message of jobs (kind, generation, k): a population job is a mirrored
     pair (or one episode) of Eq. (6), unless it is a noiseless episode (--eval-prob); "eval" is an
-    evaluation episode. Pairs are stepped together. Returns [(k, scalars and sums)]."""
-    policy = lambda thetas: Policy(
-        thetas,
-        args.sizes,
-        args.activation,
-        args.act,  # noqa: E731
-        args.ac_bins,
-        task["ob_mean"],
-        task["ob_std"],
-        task["ob_clip"],
-    )
-    theta, out, pairs, signs = task["theta"], {}, [], (1.0, -1.0) if args.mirror else (1.0,)
+    evaluation episode. Pairs are stepped together. Returns [(k, result)], a result a dict."""
+
+    def policy(thetas):
+        ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
+        return Policy(thetas, args.sizes, args.activation, args.act, args.ac_bins, *ob)
+
+    theta = task["theta"]
+    signs = (1.0, -1.0) if args.mirror else (1.0,)
+    out = {}
+    pairs = []
     for i, (kind, t, k) in enumerate(jobs):  # the job's stream decides, in this order:
-        rng, t0 = stream(args.seed, TRAIN if kind == "train" else EVAL, t, k), time.perf_counter()
+        t0 = time.perf_counter()
+        rng = stream(args.seed, TRAIN if kind == "train" else EVAL, t, k)
         noiseless = kind == "eval" or rng.random() < args.eval_prob  # a noiseless episode or not,
         env_seed = int(rng.integers(2**31))  # the episodes' seed (deviation: the starter's differ),
         if noiseless:  # an evaluation episode, or one of --eval-prob
-            ((R, _, L, _),) = rollouts(envs, policy([theta]), [env_seed])[0]
-            out[i] = (R, L) if kind == "eval" else ("noiseless", R, L)
+            episodes, _, _ = rollouts(envs, policy([theta]), [env_seed])
+            R, _, L, _ = episodes[0]
+            out[i] = dict(kind="noiseless" if kind == "train" else "eval", ret=R, length=L)
             continue
         idx = int(rng.integers(0, len(table) - theta.size + 1))  # the noise index,
-        keep = bool(rng.random() < args.calc_obstat_prob * args.obs_norm)  # record (deviation: per
-        eps, t1 = table[idx : idx + theta.size], time.perf_counter()  # pair: per episode in the
-        thetas = [theta + (s * args.sigma) * eps for s in signs]  # starter); theta +- sigma eps_i
+        # whether to record observations (deviation: per pair; per episode in the starter)
+        keep = bool(rng.random() < args.calc_obstat_prob * args.obs_norm)
+        eps = table[idx : idx + theta.size]
+        t1 = time.perf_counter()
+        thetas = [theta + (s * args.sigma) * eps for s in signs]  # theta +- sigma eps_i
         t2 = time.perf_counter()  # then the action noise, in rollouts
-        job = (
-            i,
-            idx,
-            keep,
-            thetas,
-            env_seed,
-            rng,
-            dict(noise=t1 - t0, set_params=t2 - t1, mutation=t2 - t0),
-        )
+        times = dict(noise=t1 - t0, set_params=t2 - t1, mutation=t2 - t0)
+        job = dict(i=i, idx=idx, keep=keep, thetas=thetas, env_seed=env_seed, rng=rng, times=times)
         if args.mirror:
             pairs.append(job)  # stepped below, with the other pairs of this message
-        else:
-            out.update(
-                result(
-                    [job],
-                    *rollouts(envs, policy(thetas), [env_seed], [rng], args.ac_noise_std, [keep]),
-                    time.perf_counter() - t2,
-                )
-            )
+            continue
+        episodes = rollouts(envs, policy(thetas), [env_seed], [rng], args.ac_noise_std, [keep])
+        out.update(result([job], *episodes, time.perf_counter() - t2))
     if pairs:
         t0 = time.perf_counter()
-        episodes = rollouts(
-            envs,
-            policy([th for j in pairs for th in j[3]]),
-            [j[4] for j in pairs],
-            [j[5] for j in pairs],
-            args.ac_noise_std,
-            [j[2] for j in pairs],
-        )
+        thetas = [theta for job in pairs for theta in job["thetas"]]
+        env_seeds = [job["env_seed"] for job in pairs]
+        rngs = [job["rng"] for job in pairs]
+        keep = [job["keep"] for job in pairs]
+        episodes = rollouts(envs, policy(thetas), env_seeds, rngs, args.ac_noise_std, keep)
         out.update(result(pairs, *episodes, time.perf_counter() - t0))
     return [(k, out[i]) for i, (_, _, k) in enumerate(jobs)]
 
 
-def result(jobs: list, episodes: list, t_policy: float, t_env: float, seconds: float):
-    """Population results ("pair", idx, returns, sign returns, lengths, ob_sum, ob_sumsq, times)."""
-    per, steps, out = len(episodes) // len(jobs), sum(e[2] for e in episodes), {}
-    for j, (i, idx, keep, _, _, _, times) in enumerate(jobs):
-        mine = episodes[per * j : per * j + per]
-        sums = [sum(e[3][c] for e in mine) for c in (0, 1)] if keep else [None, None]  # S, S2
-        out[i] = (
-            "pair",
-            idx,
-            [e[0] for e in mine],
-            [e[1] for e in mine],
-            [e[2] for e in mine],
-            *sums,
-            dict(
-                times,
-                mutation=times["mutation"] + seconds / len(jobs),
-                policy_us=1e6 * t_policy / steps,
-                env_us=1e6 * t_env / steps,
-            ),
+def result(jobs: list, episodes: list, t_policy: float, t_env: float, seconds: float) -> dict:
+    """{i: the pair's result}: its noise index, returns, sign returns, lengths, observation sums
+    (None if not recorded), times."""
+    per = len(episodes) // len(jobs)
+    steps = sum(episode[2] for episode in episodes)
+    out = {}
+    for j, job in enumerate(jobs):
+        mine = episodes[per * j : per * j + per]  # (return, sign return, length, sums)
+        ob_sum = None
+        ob_sumsq = None
+        if job["keep"]:
+            ob_sum = sum(episode[3][0] for episode in mine)
+            ob_sumsq = sum(episode[3][1] for episode in mine)
+        times = dict(job["times"], mutation=job["times"]["mutation"] + seconds / len(jobs))
+        times.update(policy_us=1e6 * t_policy / steps, env_us=1e6 * t_env / steps)
+        returns = [episode[0] for episode in mine]
+        sign_returns = [episode[1] for episode in mine]
+        lengths = [episode[2] for episode in mine]
+        out[job["i"]] = dict(kind="pair", idx=job["idx"], returns=returns, lengths=lengths)
+        out[job["i"]].update(
+            sign_returns=sign_returns, ob_sum=ob_sum, ob_sumsq=ob_sumsq, times=times
         )
     return out
 
@@ -499,28 +461,35 @@ class Generation:
     --population training episodes and --min-timesteps steps: no worker's speed changes it."""
 
     def __init__(self, args, t: int):
-        self.args, self.t, self.k, self.handed, self.closed_at = args, t, 0, 0, None
+        self.args = args
+        self.t = t
+        self.k = 0  # the next job's number
+        self.handed = 0  # training episodes handed out
+        self.closed_at = None  # the prefix of jobs it takes, once done
 
     def next_jobs(self, results: dict, lockstep: int, workers: int) -> list:
         """Up to --lockstep jobs, and no more than a worker's share of the jobs still needed."""
-        a, per, jobs = self.args, 2 if self.args.mirror else 1, []
+        a = self.args
+        per = 2 if a.mirror else 1
         left = max(0, -(-(a.population - self.handed) // per))
-        while (
-            len(jobs) < min(lockstep, max(1, -(-left // workers)))
-            and self.closed_at is None
-            and (self.handed < a.population or env_steps(results.values()) < a.min_timesteps)
-        ):
+        size = min(lockstep, max(1, -(-left // workers)))
+        jobs = []
+        while len(jobs) < size and self.closed_at is None:
+            if self.handed >= a.population and env_steps(results.values()) >= a.min_timesteps:
+                break
             jobs.append(("train", self.t, self.k))  # the master draws the job's first number too
             self.handed += per * (stream(a.seed, TRAIN, self.t, self.k).random() >= a.eval_prob)
             self.k += 1
         return jobs
 
     def done(self, results: dict) -> bool:
-        n = n_steps = 0
+        n = 0
+        n_steps = 0
         for k in range(self.k):
             if k not in results:
                 return False
-            n += len(results[k][2]) if results[k][0] == "pair" else 0
+            if results[k]["kind"] == "pair":
+                n += len(results[k]["returns"])
             n_steps += env_steps([results[k]])
             if n >= self.args.population and n_steps >= self.args.min_timesteps:
                 self.closed_at = k + 1
@@ -528,67 +497,82 @@ class Generation:
         return False
 
 
+class Evaluation:  # the jobs of an evaluation, handed out as a Generation's
+    def __init__(self, key: int, episodes: int):
+        self.todo = [("eval", key, i) for i in range(episodes)][::-1]
+        self.n = episodes
+
+    def next_jobs(self, results: dict, lockstep: int, workers: int) -> list:
+        size = min(lockstep, -(-len(self.todo) // workers))
+        return [self.todo.pop() for _ in range(size)]
+
+    def done(self, results: dict) -> bool:
+        return len(results) == self.n
+
+
 def env_steps(results) -> int:  # env steps of population results: pairs' and noiseless episodes'
-    return sum(sum(r[4]) if r[0] == "pair" else r[2] for r in results)
+    total = 0
+    for r in results:
+        total += sum(r["lengths"]) if r["kind"] == "pair" else r["length"]
+    return total
 
 
 def task_of(state: dict, args) -> dict:  # theta and the statistics, frozen for a generation
-    zeros = np.zeros_like(state["ob_sum"])
-    mean, std = ob_mean_std(state) if args.obs_norm else (zeros, zeros + 1.0)
+    if args.obs_norm:
+        mean, std = ob_mean_std(state)
+    else:
+        mean = np.zeros_like(state["ob_sum"])
+        std = mean + 1.0
     return dict(theta=state["theta"], ob_mean=mean, ob_std=std, ob_clip=args.obs_norm)
 
 
-def es_generation(pool, state: dict, args) -> tuple:
+def es_generation(workers, state: dict, args) -> tuple:
     """One generation: the population, shaped returns, g, the optimizer step, the new statistics.
     `state` is left whole, so a stop or a NaN at any moment leaves a state to checkpoint."""
-    t0, gen = time.time(), Generation(args, state["iteration"])
-    results = pool.run(task_of(state, args), gen)
-    stale, pool.logged = pool.stale - pool.logged, pool.stale  # since the last generation's
+    t0 = time.time()
+    gen = Generation(args, state["iteration"])
+    results = workers.run(task_of(state, args), gen)
+    stale = workers.take_stale()  # results of older tasks dropped since the last generation
     accepted = [results[k] for k in range(gen.closed_at)]
-    pairs = [r for r in accepted if r[0] == "pair"]
-    noiseless = np.array([r[1:] for r in accepted if r[0] == "noiseless"]).reshape(-1, 2)  # R, L
-    indices, returns, sign_returns, lengths = (np.array([r[i] for r in pairs]) for i in range(1, 5))
-    F, t1 = shape_fitness(returns, sign_returns, args.fitness), time.time()  # Eqs. (4)-(5)
-    g = es_gradient(F, indices, pool.table, state["theta"].size)  # Eq. (6)
+    pairs = [r for r in accepted if r["kind"] == "pair"]
+    noiseless = np.array([(r["ret"], r["length"]) for r in accepted if r["kind"] == "noiseless"])
+    noiseless = noiseless.reshape(-1, 2)  # (return, length) rows
+    indices = np.array([r["idx"] for r in pairs])
+    returns = np.array([r["returns"] for r in pairs])  # (m, 2) mirrored, or (m, 1)
+    sign_returns = np.array([r["sign_returns"] for r in pairs])
+    lengths = np.array([r["lengths"] for r in pairs])
+    F = shape_fitness(returns, sign_returns, args.fitness)  # Eqs. (4)-(5)
+    t1 = time.time()
+    g = es_gradient(F, indices, workers.table, state["theta"].size)  # Eq. (6)
     new = dict(state, **update(state, g, args))  # Eq. (7), (8) or (3)
     ob_count = 0.0
     for r in pairs:  # Eq. (9): the new observations count from the next generation on
-        if r[5] is not None:
-            new.update(
-                ob_sum=new["ob_sum"] + r[5],
-                ob_sumsq=new["ob_sumsq"] + r[6],
-                ob_count=new["ob_count"] + float(sum(r[4])),
-            )
-            ob_count += float(sum(r[4]))
+        if r["ob_sum"] is not None:
+            new["ob_sum"] = new["ob_sum"] + r["ob_sum"]
+            new["ob_sumsq"] = new["ob_sumsq"] + r["ob_sumsq"]
+            new["ob_count"] = new["ob_count"] + float(sum(r["lengths"]))
+            ob_count += float(sum(r["lengths"]))
     n_steps = int(lengths.sum() + noiseless[:, 1].sum())
     skipped = stale + sum(k >= gen.closed_at for k in results)  # past the prefix, or older tasks
-    new.update(
-        iteration=gen.t + 1,
-        episodes=state["episodes"] + lengths.size + len(noiseless),
-        env_steps=state["env_steps"] + n_steps,
+    new["iteration"] = gen.t + 1
+    new["episodes"] = state["episodes"] + lengths.size + len(noiseless)
+    new["env_steps"] = state["env_steps"] + n_steps
+    checked = (new["theta"], returns, new["ob_sum"], new["ob_sumsq"])
+    info = dict(returns=returns.ravel(), lengths=lengths.ravel(), noiseless=noiseless)
+    info.update(steps=n_steps, skipped_frac=skipped / (skipped + len(accepted)))
+    info.update(finite=all(np.isfinite(x).all() for x in checked), ob_count=ob_count)
+    info.update(
+        grad_norm=np.linalg.norm(g), update_norm=np.linalg.norm(new["theta"] - state["theta"])
     )
-    finite = all(
-        np.isfinite(x).all() for x in (new["theta"], returns, new["ob_sum"], new["ob_sumsq"])
-    )
-    return new, dict(
-        returns=returns.ravel(),
-        lengths=lengths.ravel(),
-        noiseless=noiseless,
-        steps=n_steps,
-        skipped_frac=skipped / (skipped + len(accepted)),
-        finite=finite,
-        ob_count=ob_count,
-        grad_norm=np.linalg.norm(g),
-        time_gen=time.time() - t0,
-        update_norm=np.linalg.norm(new["theta"] - state["theta"]),
-        times={n: np.array([r[7][n] for r in pairs]) for n in TIMERS},
-        time_update=time.time() - t1,
-    )
+    info["times"] = {name: np.array([r["times"][name] for r in pairs]) for name in TIMERS}
+    info.update(time_gen=time.time() - t0, time_update=time.time() - t1)
+    return new, info
 
 
-def evaluate(pool, state: dict, args, episodes: int, key=None) -> np.ndarray:  # noiseless
-    results = pool.run(task_of(state, args), Evaluation(key or state["iteration"], episodes))
-    return np.array([results[i][0] for i in range(episodes)])
+def evaluate(workers, state: dict, args, episodes: int, key=None) -> np.ndarray:  # noiseless
+    evaluation = Evaluation(key or state["iteration"], episodes)
+    results = workers.run(task_of(state, args), evaluation)
+    return np.array([results[i]["ret"] for i in range(episodes)])
 
 
 def train(args) -> dict:
@@ -596,24 +580,33 @@ def train(args) -> dict:
     state, reached = run.state, False
     try:
         while state["iteration"] < args.iterations:
-            new, info = es_generation(run.pool, state, args)  # the population, Eqs. (4)-(9)
+            new, info = es_generation(run.workers, state, args)  # the population, Eqs. (4)-(9)
             if not info["finite"]:
                 return run.end(state, "diverged")  # the last good state is checkpointed
             due = new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations
-            ev = evaluate(run.pool, new, args, args.eval_episodes) if due else None
+            ev = evaluate(run.workers, new, args, args.eval_episodes) if due else None
             hit = due and args.target_return is not None and ev.mean() >= args.target_return
             run.log(new, info, ev)  # progress.csv, the progress line, the checkpoint
-            state, reached = new, hit  # logged: from here on a stop keeps this generation
+            state, reached = new, hit  # one statement: logged, a stop keeps this generation
             if reached:
                 return run.end(state, "target")
         return run.end(state, "done")
     except (KeyboardInterrupt, WorkerDied) as e:  # Ctrl-C, SIGTERM, a dead worker: keep the last
-        return run.end(state, "target" if reached else f"stopped: {e}" if str(e) else "interrupted")
+        if reached:
+            return run.end(state, "target")
+        return run.end(state, f"stopped: {e}" if str(e) else "interrupted")
 
 
 # ---- plumbing: checks, workers, Ray, run directory, snapshots, --play, main ----
 class WorkerDied(Exception):
-    """A rollout process or Ray actor is gone, or failed: the run stops with its checkpoint."""
+    """A rollout process died, or a rollout failed: the run stops with its last checkpoint."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a user's mistake in one line: 'SCRIPT: error: ... (see --help)', status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
@@ -624,8 +617,10 @@ def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2,
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
     def number(text: str):
         value = kind(text)
-        if not (value >= low if kind is int else low < value < math.inf):
-            raise argparse.ArgumentTypeError(f"must be {'>=' if kind is int else '>'} {low}")
+        if kind is int and not value >= low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}")
+        if kind is not int and not low < value < math.inf:
+            raise argparse.ArgumentTypeError(f"must be > {low}")
         return value
 
     return number
@@ -633,7 +628,8 @@ def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite flo
 
 def in_range(low, high, closed=False):  # an argparse type: a float in [low, high), or [low, high]
     def number(text: str):
-        if not (low <= (value := float(text)) < high or closed and value == high):
+        value = float(text)
+        if not (low <= value < high or closed and value == high):
             raise argparse.ArgumentTypeError(f"must be in [{low}, {high}{']' if closed else ')'}")
         return value
 
@@ -643,181 +639,189 @@ def in_range(low, high, closed=False):  # an argparse type: a float in [low, hig
 def configure(args) -> argparse.Namespace:
     """--resume's saved options, then the preset; what no one flag can check; the workers."""
     if args.resume is not None:
-        fixed = sorted({k for k, v in vars(args).items() if v is not None} - {"resume", *STEER})
-        check(
-            not fixed,
-            f"--{', --'.join(fixed).replace('_', '-')} cannot change a resumed run; "
-            f"only --{', --'.join(STEER).replace('_', '-')} can",
-        )
+        given = {key for key, value in vars(args).items() if value is not None}
+        fixed = sorted(given - {"resume", *STEER})  # given on the command line, and not in STEER
+        fixed_flags = ", --".join(fixed).replace("_", "-")
+        steer_flags = ", --".join(STEER).replace("_", "-")
+        check(not fixed, f"--{fixed_flags} cannot change a resumed run; only --{steer_flags} can")
         for key, value in read_config(args.resume).items():
             if getattr(args, key, False) is None and key not in ("workers", "ray", "ray_address"):
                 setattr(args, key, value)
-    for key, value in {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}.items():
-        setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
+    preset = {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    sizes_ok = all(h.strip().isdigit() and int(h) > 0 for h in args.hidden.split(","))
+    check(sizes_ok, f"--hidden takes sizes like 64 or 64,64, not '{args.hidden}'")
+    even = not args.mirror or args.population % 2 == 0
     check(
-        all(h.strip().isdigit() and int(h) > 0 for h in args.hidden.split(",")),
-        f"--hidden takes sizes like 64 or 64,64, not '{args.hidden}'",
+        even,
+        f"--population must be even with mirrored sampling, got {args.population} (or add "
+        "--no-mirror)",
     )
-    check(
-        not args.mirror or args.population % 2 == 0,
-        f"--population must be even with mirrored "
-        f"sampling, got {args.population} (or add --no-mirror)",
-    )
+    pairs_only = "the starter code defines the sign modes on mirrored pairs only"
     check(
         args.mirror or "sign" not in args.fitness,
-        f"--fitness {args.fitness} needs mirrored "
-        "sampling: the starter code defines the sign modes on mirrored pairs only",
+        f"--fitness {args.fitness} needs mirrored sampling: {pairs_only}",
     )
+    recorded = not args.obs_norm or args.calc_obstat_prob > 0
     check(
-        not args.obs_norm or args.calc_obstat_prob > 0,
+        recorded,
         "--calc-obstat-prob must be > 0 with observation normalization (or add --no-obs-norm)",
     )
     try:
-        obs, act = (env := gym.make(args.env)).observation_space, env.action_space
+        env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
-    check(
-        isinstance(obs, gym.spaces.Box) and len(obs.shape) == 1,
-        f"{args.env}: observations must be a flat Box, not {obs}",
-    )
-    check(
-        env.spec.max_episode_steps or args.episode_length,
-        f"{args.env} has no time limit: give --episode-length",
-    )
+    obs = env.observation_space
+    act = env.action_space
+    flat = isinstance(obs, gym.spaces.Box) and len(obs.shape) == 1
+    check(flat, f"{args.env}: observations must be a flat Box, not {obs}")
+    limited = env.spec.max_episode_steps or args.episode_length
+    check(limited, f"{args.env} has no time limit: give --episode-length")
     discrete = isinstance(act, gym.spaces.Discrete)
-    check(
-        discrete or isinstance(act, gym.spaces.Box) and len(act.shape) == 1,
-        f"{args.env} has {act} actions; es_openai.py takes Discrete and flat Box actions",
-    )
+    box = isinstance(act, gym.spaces.Box) and len(act.shape) == 1
+    takes = "es_openai.py takes Discrete and flat Box actions"
+    check(discrete or box, f"{args.env} has {act} actions; {takes}")
+    for_box = "--ac-bins and --ac-noise-std are for Box actions"
     check(
         not discrete or not args.ac_bins and not args.ac_noise_std,
-        f"{args.env} has discrete actions: --ac-bins and --ac-noise-std are for Box actions",
+        f"{args.env} has discrete actions: {for_box}",
     )
     check(args.ac_bins != 1, "--ac-bins must be 0 (continuous) or at least 2")
-    check(
-        discrete or not args.ac_bins or np.isfinite([act.low, act.high]).all(),
-        f"{args.env} has unbounded actions: --ac-bins needs finite bounds",
-    )
-    args.ac_noise_std = (
-        (0.0 if discrete else 0.01) if args.ac_noise_std is None else args.ac_noise_std
-    )
-    args.act, args.sizes = (
-        act,
-        layer_sizes(obs.shape[0], [int(h) for h in args.hidden.split(",")], act, args.ac_bins),
+    bounded = discrete or not args.ac_bins or np.isfinite([act.low, act.high]).all()
+    check(bounded, f"{args.env} has unbounded actions: --ac-bins needs finite bounds")
+    if args.ac_noise_std is None:
+        args.ac_noise_std = 0.0 if discrete else 0.01
+    args.act = act
+    args.sizes = layer_sizes(
+        obs.shape[0], [int(h) for h in args.hidden.split(",")], act, args.ac_bins
     )
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
-    ray = args.ray and start_ray(args.ray_address)  # found, or refused, before anything is written
-    args.workers = args.workers or (int(ray.cluster_resources()["CPU"]) if ray else os.cpu_count())
+    if args.ray:  # found, or refused, before anything is written
+        ray = start_ray(args.ray_address)
+        args.workers = args.workers or int(ray.cluster_resources()["CPU"])
+    args.workers = args.workers or os.cpu_count()
     return args
 
 
 def make_env(env_id: str, episode_length=None, render=False):
+    """gymnasium's environment, its episodes cut at episode_length; render: its frames in RGB,
+    MuJoCo's from the camera that follows the body."""
     kw = dict(max_episode_steps=episode_length) if episode_length else {}
-    env = gym.make(env_id, **kw, **({"render_mode": "rgb_array"} if render else {}))
-    if (
-        render
-        and (m := getattr(env.unwrapped, "model", None))
-        and "track"
-        in [  # MuJoCo: the
-            m.camera(i).name for i in range(m.ncam)
-        ]
-    ):  # camera that follows the body
-        env = gym.make(env_id, camera_name="track", render_mode="rgb_array", **kw)
+    if render:
+        kw["render_mode"] = "rgb_array"
+    env = gym.make(env_id, **kw)
+    model = getattr(env.unwrapped, "model", None)
+    if render and model is not None:
+        cameras = [model.camera(i).name for i in range(model.ncam)]
+        if "track" in cameras:
+            env = gym.make(env_id, camera_name="track", **kw)
     return env
+
+
+ENVS = {}  # this process's environments, by id and episode length: rollouts adds as it needs
+
+
+def envs_of(env_id: str, episode_length=None) -> list:  # (no functools.cache: Ray pickles it)
+    if (env_id, episode_length) not in ENVS:
+        ENVS[env_id, episode_length] = [make_env(env_id, episode_length)]
+    return ENVS[env_id, episode_length]
 
 
 def reset_env(env, seed: int):
     """env.reset(seed); BipedalWalker's old Box2D world would change the episode: a new one."""
-    if type(walker := env.unwrapped).__name__ == "BipedalWalker" and walker.terrain:
+    walker = env.unwrapped
+    if type(walker).__name__ == "BipedalWalker" and walker.terrain:
         walker._destroy()
         walker.world = type(walker.world)()
     return env.reset(seed=seed)
 
 
-def worker(conn, args, table):  # a rollout process: the latest task, then its jobs
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches every process: the master acts
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform == "linux":  # PR_SET_PDEATHSIG: end with the master, even one killed -9
-        __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)
-    envs, task = [make_env(args.env, args.episode_length)], None
-    while msg := conn.recv():
-        if msg[0] == "task":
-            task = msg[1]
-            continue
-        try:
-            conn.send((msg[1], run_jobs(envs, args, table, task, msg[2])))
-        except Exception as e:  # the environment failed: one line from the master, not a hang
-            conn.send(("error", f"a rollout failed: {type(e).__name__}: {e}"))
+PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
 
 
-class Evaluation:  # the jobs of an evaluation, for Workers.run as a Generation's
-    def __init__(self, key: int, episodes: int):
-        self.todo, self.n = [("eval", key, i) for i in range(episodes)][::-1], episodes
+def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
+    if sys.platform == "linux":  # even a master killed with SIGKILL
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
-    def next_jobs(self, results: dict, lockstep: int, workers: int) -> list:
-        return [self.todo.pop() for _ in range(min(lockstep, -(-len(self.todo) // workers)))]
 
-    def done(self, results: dict) -> bool:
-        return len(results) == self.n
+TABLE = None  # a local worker's noise table: its master's, shared through fork (init_table)
+
+
+def init_table(table):  # a local worker: init_worker, and its master's table (fork: no copy)
+    global TABLE
+    init_worker()
+    TABLE = table
+
+
+def work(args, task: dict, jobs: list, table=None) -> list:
+    """A worker's answer to a message of jobs (run_jobs). table: Ray's read-only copy of the noise
+    table from its object store; a local worker reads its master's, TABLE."""
+    if table is None:
+        table = TABLE
+    return run_jobs(envs_of(args.env, args.episode_length), args, table, task, jobs)
 
 
 class Workers:
-    """Processes forked after the table: they read its pages, no copy. A task (theta, statistics)
-    goes once to each, then jobs to whichever is free; an older task's results are dropped."""
-
-    depth = 1  # messages queued per worker
+    """The jobs of a generation or an evaluation handed out to an executor's workers (local
+    processes forked after the noise table, or Ray's): messages of up to --lockstep jobs, `depth`
+    per worker at once. A message of an older task still running when its jobs were done ends
+    during a later call: its results are dropped and counted (take_stale)."""
 
     def __init__(self, args, table):
-        ctx, self.table, self.stale, self.logged, self.key = mp.get_context("fork"), table, 0, 0, 0
-        self.conns, self.procs, self.lockstep, self.load = [], [], args.lockstep, [0] * args.workers
-        for _ in range(args.workers):  # the worker's end closed here before the next fork:
-            parent, child = ctx.Pipe()  # if the worker dies, its pipe ends (EOFError)
-            (p := ctx.Process(target=worker, args=(child, args, table), daemon=True)).start()
-            child.close()
-            self.conns, self.procs = self.conns + [parent], self.procs + [p]
-
-    def publish(self, task: dict):
-        [c.send(("task", task)) for c in self.conns]
-
-    def submit(self, i: int, jobs: list):
-        self.conns[i].send(("jobs", self.key, jobs))
-
-    def collect(self) -> list:  # [(worker, key, results)] of the messages back
-        return [
-            (i, *self.conns[i].recv())
-            for i in [
-                self.conns.index(c) for c in wait([c for c, n in zip(self.conns, self.load) if n])
-            ]
-        ]
+        self.args = args
+        self.running = {}  # future of each message handed out: the call that handed it out
+        self.calls = 0
+        self.stale = 0
+        if args.ray:
+            self.pool = RayExecutor(args.ray_address)
+            self.depth = 2  # the next message is there when one ends
+            self.table_ref = self.pool.ray.put(table)  # held for the run: a retried task maps it
+            self.table = self.pool.ray.get(self.table_ref)  # the master reads the store's copy too
+        else:
+            fork = mp.get_context("fork")  # the workers share the table's pages: no copy
+            self.pool = ProcessPoolExecutor(args.workers, fork, init_table, (table,))
+            self.depth = 1
+            self.table_ref = None
+            self.table = table
 
     def run(self, task: dict, jobs) -> dict:
         """Hands out jobs.next_jobs() until jobs.done(results); returns {k: result}."""
-        self.key, results, n = self.key + 1, {}, len(self.load)
+        a = self.args
+        self.calls += 1
+        results = {}
         try:
-            self.publish(task)
             while not jobs.done(results):
-                for i in range(n):
-                    while self.load[i] < self.depth and (
-                        todo := jobs.next_jobs(results, self.lockstep, n)
-                    ):
-                        self.submit(i, todo)
-                        self.load[i] += 1
-                for i, key, out in self.collect():
-                    self.load[i] -= 1
-                    if key == "error":
-                        raise WorkerDied(out)
-                    if key == self.key:
+                while len(self.running) < self.depth * a.workers:
+                    todo = jobs.next_jobs(results, a.lockstep, a.workers)
+                    if not todo:
+                        break
+                    future = self.pool.submit(work, a, task, todo, self.table_ref)
+                    self.running[future] = self.calls
+                finished, _ = wait(self.running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    out = future.result()
+                    if self.running.pop(future) == self.calls:
                         results.update(out)
                     else:  # of an older task: a job still running when its generation closed
                         self.stale += len(out)
-        except (EOFError, OSError):  # a closed pipe: the process at its other end died
+        except BrokenExecutor:  # a worker process died
             raise WorkerDied("a worker process died") from None
+        except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}") from None
         return results
 
-    def close(self):  # the episodes under way, if any, are not needed any more
-        for p in self.procs:
-            p.kill()
-            p.join()
+    def take_stale(self) -> int:  # results of older tasks dropped since the last call
+        stale = self.stale
+        self.stale = 0
+        return stale
+
+    def close(self):  # once the episodes under way are done
+        self.pool.shutdown(cancel_futures=True)
 
 
 def start_ray(address):  # Ray is imported only for --ray: it stays optional
@@ -834,74 +838,50 @@ def start_ray(address):  # Ray is imported only for --ray: it stays optional
                 socket.create_connection((host, int(port)), timeout=10).close()
             ray.init(address=address, log_to_driver=False, include_dashboard=False)
         except Exception as e:  # a closed port; no cluster for 'auto'; ...
-            check(False, f"no Ray cluster answers at {address} ({getattr(e, 'strerror', 0) or e})")
+            reason = getattr(e, "strerror", None) or e
+            check(False, f"no Ray cluster answers at {address} ({reason})")
         signal.signal(signal.SIGTERM, handler)
     if __name__ != "__main__":  # imported (tests, notebooks): this file's code goes by value
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     return ray
 
 
-class RayWorker:  # a Ray actor: its node's read-only copy of the table, the task fetched once
-    def __init__(self, args, table):
-        self.args, self.table, self.envs, self.key = args, table, None, None
+class RayExecutor:
+    """Ray tasks behind the part of ProcessPoolExecutor's interface the run uses: submit(fn,
+    *args) returns a Future. Tasks spread over the nodes; one whose worker is lost runs again, 3
+    times at most, with the same result (a job names its own randomness)."""
 
-    def run(self, key: int, ref: list, jobs: list) -> tuple:
-        if self.key != key:  # ref = [reference]: a bare one would be fetched for every message
-            self.key, self.task = key, __import__("ray").get(ref[0])
-        self.envs = self.envs or [make_env(self.args.env, self.args.episode_length)]
-        return key, run_jobs(self.envs, self.args, self.table, self.task, jobs)
+    def __init__(self, address):
+        self.ray = start_ray(address)
+        self.remote = {}
+        ENVS.clear()  # Ray takes this file's globals by value: this process's own would travel
 
+    def submit(self, fn, *args):
+        if fn not in self.remote:
+            options = dict(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")
+            self.remote[fn] = self.ray.remote(**options)(fn)
+        return self.remote[fn].remote(*args).future()
 
-class RayPool(Workers):
-    """Workers on Ray actors spread over the nodes, the table once in the object store (the master
-    reads it there too). A lost actor is restarted and its jobs rerun: the same results."""
-
-    depth = 2  # the next message is there when one ends
-
-    def __init__(self, args, table):
-        self.ray = ray = start_ray(args.ray_address)
-        self.ref = ray.put(table)  # held for the run: a restarted actor maps it again
-        self.table, self.lockstep, self.inflight = ray.get(self.ref), args.lockstep, {}
-        self.stale = self.logged = self.key = 0
-        self.load = [0] * args.workers
-        actor = ray.remote(num_cpus=1, max_restarts=3, max_task_retries=3)(RayWorker)
-        self.actors = [
-            actor.options(scheduling_strategy="SPREAD").remote(args, self.ref)
-            for _ in range(args.workers)
-        ]
-
-    def publish(self, task: dict):
-        self.task = [self.ray.put(task)]
-
-    def submit(self, i: int, jobs: list):
-        self.inflight[self.actors[i].run.remote(self.key, self.task, jobs)] = i
-
-    def collect(self) -> list:
-        ray, (done, _) = self.ray, self.ray.wait(list(self.inflight), num_returns=1, timeout=300)
-        if not done:
-            raise WorkerDied("no result from the Ray workers in 300 s")
-        try:
-            return [(self.inflight.pop(done[0]), *ray.get(done[0]))]
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-            raise WorkerDied(f"a Ray worker failed ({str(e).strip().splitlines()[0][:200]})")
-
-    def close(self):
-        [self.ray.kill(actor, no_restart=True) for actor in self.actors]
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass  # Ray's worker processes are Ray's
 
 
-STATE = (
-    "theta",
-    "opt_m",
-    "opt_v",
-    "opt_t",
-    "ob_sum",
-    "ob_sumsq",
-    "ob_count",
-    "iteration",
-    "episodes",
-    "env_steps",
-    "wall_time",
-)  # what a checkpoint holds, with the policy's shape
+def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
+    cpu = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            cpu = f.read()
+    versions = dict(numpy=np.__version__, gymnasium=gym.__version__)
+    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(dict(config, avx512="avx512f" in cpu), f, default=str)
+
+
+# What a checkpoint holds, with the policy's shape.
+STATE = "theta opt_m opt_v opt_t ob_sum ob_sumsq ob_count iteration episodes env_steps wall_time"
+STATE = STATE.split()
 TIMERS = ("mutation", "noise", "set_params", "policy_us", "env_us")
 COLUMNS = (
     "iteration episodes env_steps wall_time_s return_mean return_std return_min return_max "
@@ -912,130 +892,103 @@ COLUMNS = (
 ).split() + [f"time_{name}_{stat}" for name in TIMERS for stat in ("min", "max", "mean")]
 
 
+def available_memory() -> float:  # bytes, from /proc/meminfo (Linux); elsewhere inf
+    if not os.path.exists("/proc/meminfo"):
+        return math.inf
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return math.inf
+
+
 class Run:
     """The run directory, the progress line, the snapshots, the workers, how a run ends."""
 
     def __init__(self, args):
         theta = normc_init(args.sizes, stream(args.seed, INIT))
-        check(
-            args.noise_size >= theta.size,
-            f"--noise-size {args.noise_size} is smaller than the policy's {theta.size} parameters",
-        )
-        mem = open("/proc/meminfo").read().split() if os.path.exists("/proc/meminfo") else []
-        free = (
-            int(mem[mem.index("MemAvailable:") + 1]) * 1024 if "MemAvailable:" in mem else math.inf
-        )
+        table_size = f"{4 * args.noise_size / 2**30:.2f} GiB"
+        too_small = f"--noise-size {args.noise_size} is smaller than the policy's {theta.size}"
+        check(args.noise_size >= theta.size, f"{too_small} parameters")
+        free = available_memory()
         check(
             4 * args.noise_size < free,
-            f"the noise table needs {4 * args.noise_size / 2**30:.2f}"
-            f" GiB and memory has {free / 2**30:.2f} GiB available: lower --noise-size",
+            f"the noise table needs {table_size} and memory has "
+            f"{free / 2**30:.2f} GiB available: lower --noise-size",
         )
-        self.state = dict(
-            theta=theta,
-            opt_m=0 * theta,
-            opt_v=0 * theta,
-            opt_t=0,
-            iteration=0,
-            ob_sum=np.zeros(args.sizes[0]),
-            ob_sumsq=np.full(args.sizes[0], 1e-2),
-            ob_count=1e-2,
-            episodes=0,
-            env_steps=0,
-            wall_time=0.0,
-        )
-        self.dir, self.args, self.ev, rows = args.resume, args, np.nan, []
+        self.args = args
+        self.ev = np.nan  # the last evaluation's mean, shown until the next one
+        n = args.sizes[0]
+        self.state = dict(theta=theta, opt_m=0 * theta, opt_v=0 * theta, opt_t=0, iteration=0)
+        self.state.update(ob_sum=np.zeros(n), ob_sumsq=np.full(n, 1e-2), ob_count=1e-2)
+        self.state.update(episodes=0, env_steps=0, wall_time=0.0)
+        rows = []
         if args.resume:  # the log up to the checkpoint: a resumed run redoes what came after it
+            self.dir = args.resume
             self.state = load_checkpoint(os.path.join(self.dir, "checkpoints", "latest.npz"), args)
-            rows = [
-                r
-                for r in open(os.path.join(self.dir, "progress.csv")).read().splitlines()[1:]
-                if int(r.split(",")[0]) <= self.state["iteration"]
-            ]
-            self.ev = next(
-                (float(r.split(",")[8]) for r in rows[::-1] if r.split(",")[8] != "nan"), np.nan
-            )  # the last evaluation, shown until the next one
+            with open(os.path.join(self.dir, "progress.csv")) as f:
+                rows = list(csv.DictReader(f))
+            rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
+            for row in rows:  # the last evaluation, shown until the next one
+                if row["eval_return_mean"] != "nan":
+                    self.ev = float(row["eval_return_mean"])
+        else:
+            now = datetime.datetime.now()
+            name = f"{args.env}__es_openai__{args.seed}__{now:%Y%m%d-%H%M%S}"
+            self.dir = os.path.join(args.out_dir, name)
         try:
-            if not args.resume:
-                self.dir = os.path.join(
-                    args.out_dir,
-                    f"{args.env}__es_openai__{args.seed}__{datetime.datetime.now():%Y%m%d-%H%M%S}",
-                )
-                os.makedirs(os.path.join(self.dir, "checkpoints"))
-            git = subprocess.run(
-                "git rev-parse HEAD",
-                shell=True,
-                capture_output=True,
-                text=True,
-                cwd=os.path.dirname(os.path.abspath(__file__)),
-            ).stdout.strip()
-            cpu = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-            with open(os.path.join(self.dir, "config.json"), "w") as f:
-                json.dump(
-                    {
-                        **vars(args),
-                        "script": "es_openai.py",
-                        "git_commit": git,
-                        "avx512": "avx512f" in cpu,
-                        "numpy": np.__version__,
-                        "gymnasium": gym.__version__,
-                    },
-                    f,
-                    default=str,
-                )  # args.act: its repr
-            with open(os.path.join(self.dir, "progress.csv"), "w") as f:
-                f.write("\n".join([",".join(COLUMNS), *rows]) + "\n")
+            os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))
+            write_config(self.dir, args, "es_openai.py")
+            self.file = open(os.path.join(self.dir, "progress.csv"), "w")  # noqa: SIM115 (the run's)
             if not args.resume:  # generation 0 is a snapshot too
                 save_checkpoint(self.dir, self.state, args, snapshot=True)
         except OSError as e:
             check(False, f"cannot write {e.filename}: {e.strerror} (choose another --out-dir)")
-        self.csv, self.t0 = open(f.name, "a"), time.time() - self.state["wall_time"]
-        __import__("matplotlib.figure")  # here: a stop that cut this import short breaks every plot
-        print(
-            f"run directory: {self.dir}  ({theta.size} parameters; the noise table: "
-            f"{4 * args.noise_size / 2**30:.2f} GiB)",
-            flush=True,
-        )
-        self.pool = (RayPool if args.ray else Workers)(
-            args, noise_table(args.noise_size, args.noise_seed)
-        )
+        self.csv = csv.DictWriter(self.file, COLUMNS, lineterminator="\n")
+        self.csv.writeheader()
+        self.csv.writerows(rows)
+        self.file.flush()
+        self.t0 = time.time() - self.state["wall_time"]
+        import matplotlib.figure  # noqa: F401 (here: a stop that cut this import short breaks plots)
+
+        size = f"{theta.size} parameters; the noise table: {table_size}"
+        print(f"run directory: {self.dir}  ({size})", flush=True)
+        self.workers = Workers(args, noise_table(args.noise_size, args.noise_seed))
 
     def log(self, state: dict, info: dict, ev):
-        a, it, R, L = self.args, state["iteration"], info["returns"], info["lengths"]
-        nl, nan = info["noiseless"], np.nan  # nl: the noiseless episodes' (return, length) rows
-        ev, state["wall_time"] = np.array([nan]) if ev is None else ev, time.time() - self.t0
-        self.ev = self.ev if np.isnan(ev).all() else ev.mean()
+        a = self.args
+        it = state["iteration"]
+        R = info["returns"]
+        L = info["lengths"]
+        nl = info["noiseless"]  # the noiseless episodes' (return, length) rows
+        state["wall_time"] = time.time() - self.t0
         speed = info["steps"] / info["time_gen"]
-        print(
-            it,
-            state["episodes"],
-            state["env_steps"],
-            round(state["wall_time"], 2),
-            R.mean(),
-            R.std(),
-            R.min(),
-            R.max(),
-            ev.mean(),
-            ev.std() if ev.size > 1 else nan,
-            round(speed, 1),
-            L.mean(),
-            *((nl[:, 0].mean(), nl[:, 0].std(), nl[:, 1].mean()) if len(nl) else (nan,) * 3),
-            len(nl),
-            L.size + len(nl),
-            info["steps"],
-            a.workers,
-            info["skipped_frac"],
-            info["ob_count"],
-            state["ob_count"],
-            np.linalg.norm(state["theta"]),
-            info["grad_norm"],
-            info["update_norm"],
-            info["time_gen"],
-            info["time_update"],
-            *(f(info["times"][n]) for n in TIMERS for f in (np.min, np.max, np.mean)),
-            sep=",",
-            file=self.csv,
-            flush=True,
-        )
+        if ev is None:
+            ev = np.array([np.nan])
+        else:
+            self.ev = ev.mean()
+        row = dict(iteration=it, episodes=state["episodes"], env_steps=state["env_steps"])
+        row.update(wall_time_s=round(state["wall_time"], 2), steps_per_s=round(speed, 1))
+        row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
+        row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
+        row.update(length_mean=L.mean(), noiseless_count=len(nl))
+        row.update(noiseless_return_mean=np.nan, noiseless_return_std=np.nan)
+        row.update(noiseless_length_mean=np.nan)
+        if len(nl):
+            row.update(noiseless_return_mean=nl[:, 0].mean(), noiseless_return_std=nl[:, 0].std())
+            row.update(noiseless_length_mean=nl[:, 1].mean())
+        row.update(episodes_this_gen=L.size + len(nl), timesteps_this_gen=info["steps"])
+        row.update(workers=a.workers, skipped_frac=info["skipped_frac"])
+        row.update(obs_count_this_gen=info["ob_count"], obs_count=state["ob_count"])
+        row.update(theta_norm=np.linalg.norm(state["theta"]), grad_norm=info["grad_norm"])
+        row.update(update_norm=info["update_norm"], time_gen_s=info["time_gen"])
+        row.update(time_update_s=info["time_update"])
+        for name in TIMERS:
+            times = info["times"][name]
+            row.update({f"time_{name}_min": times.min(), f"time_{name}_max": times.max()})
+            row[f"time_{name}_mean"] = times.mean()
+        self.csv.writerow(row)
+        self.file.flush()
         eta = (a.iterations - it) * state["wall_time"] / it / 60
         print(
             f"gen {it:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
@@ -1043,101 +996,85 @@ class Run:
             f"steps/s | {state['wall_time'] / 60:5.1f} min | ETA {eta:5.1f} min",
             flush=True,
         )
-        if (snapshot := it % (a.save_every or math.inf) == 0) or not np.isnan(ev).all():
+        snapshot = a.save_every > 0 and it % a.save_every == 0
+        if snapshot or not np.isnan(ev).all():
             save_checkpoint(self.dir, state, a, snapshot)
             plot(self.dir, f"OpenAI ES on {a.env}")
 
     def end(self, state: dict, status: str) -> dict:
         """The last logged state checkpointed; the workers stopped; the plot; the last line."""
-        self.csv.close()
-        c, a = state, self.args  # a finished run's last state is a snapshot too
+        self.file.close()
+        a = self.args  # a finished run's last state is a snapshot too
         save_checkpoint(self.dir, state, a, snapshot=status in ("done", "target"))
-        self.pool.close()
-        best, at = plot(self.dir, f"OpenAI ES on {a.env}") if c["iteration"] else (np.nan, 0)
-        done = f"{c['iteration']}: {c['episodes']} episodes, {c['env_steps']} env steps"
-        print(
-            {
-                "target": f"target {a.target_return} reached at generation {done}",
-                "done": (
-                    f"done, generation {done}"
-                    + (
-                        f"; the target {a.target_return} was not reached: the "
-                        f"best evaluation was {best:.1f}, at generation {at:.0f}"
-                        if a.target_return is not None
-                        else ""
-                    )
-                ),
-                "diverged": f"NaN or inf after generation {done}; its checkpoint is kept "
-                "(a smaller --alpha or --sigma?)",
-            }.get(status, f"{status}: resume with  python es_openai.py --resume {self.dir}"),
-            file=sys.stdout if status in ("target", "done") else sys.stderr,
-        )
+        self.workers.close()
+        best = np.nan
+        at = 0
+        if state["iteration"]:  # the plot gives the best evaluation
+            best, at = plot(self.dir, f"OpenAI ES on {a.env}")
+        done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"
+        if status == "target":
+            message = f"target {a.target_return} reached at generation {done}"
+        elif status == "done":
+            message = f"done, generation {done}"
+            if a.target_return is not None:
+                message += f"; the target {a.target_return} was not reached: the best evaluation "
+                message += f"was {best:.1f}, at generation {at:.0f}"
+        elif status == "diverged":
+            message = f"NaN or inf after generation {done}; its checkpoint is kept (a smaller "
+            message += "--alpha or --sigma?)"
+        else:
+            message = f"{status}: resume with  python es_openai.py --resume {self.dir}"
+        print(message, file=sys.stdout if status in ("target", "done") else sys.stderr)
         return dict(state, run_dir=self.dir, status=status)
 
 
 def save_checkpoint(run_dir: str, state: dict, args, snapshot: bool):  # whole, then renamed
+    names = ["latest.npz"]
+    if snapshot and args.save_every:
+        names.append(f"iter_{state['iteration']:06d}.npz")
+    policy = dict(env=args.env, sizes=args.sizes, activation=args.activation)
+    policy.update(ac_bins=args.ac_bins, obs_norm=args.obs_norm)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # a stop
     try:  # waits for the files
-        for name in ["latest.npz"] + [f"iter_{state['iteration']:06d}.npz"] * (
-            snapshot and bool(args.save_every)
-        ):
-            np.savez(
-                tmp := os.path.join(run_dir, "checkpoints", "tmp.npz"),
-                **state,
-                env=args.env,
-                sizes=args.sizes,
-                activation=args.activation,
-                ac_bins=args.ac_bins,
-                obs_norm=args.obs_norm,
-            )
-            os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
+        for name in names:
+            save_npz(os.path.join(run_dir, "checkpoints", name), **state, **policy)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
+    tmp = os.path.join(os.path.dirname(path), "tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
 def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
     n = args.sizes[0]
-    c = read_checkpoint(
-        path,
-        dict(
-            theta=(None, "finite"),
-            opt_m=(None, "finite"),
-            opt_v=(None, "nonnegative"),
-            opt_t=((), "count"),
-            ob_sum=((n,), "finite"),
-            ob_sumsq=((n,), "nonnegative"),
-            ob_count=((), "nonnegative"),
-            iteration=((), "count"),
-            episodes=((), "count"),
-            env_steps=((), "count"),
-            wall_time=((), "nonnegative"),
-            env=((), "any"),
-            sizes=(None, "count"),
-            activation=((), "any"),
-            obs_norm=((), "any"),
-        ),
-        args.env,
-    )
+    fields = dict(theta=(None, "finite"), opt_m=(None, "finite"), opt_v=(None, "nonnegative"))
+    fields.update(opt_t=((), "count"), ob_sum=((n,), "finite"), ob_sumsq=((n,), "nonnegative"))
+    fields.update(ob_count=((), "nonnegative"), iteration=((), "count"), episodes=((), "count"))
+    fields.update(env_steps=((), "count"), wall_time=((), "nonnegative"), env=((), "any"))
+    fields.update(sizes=(None, "count"), activation=((), "any"), obs_norm=((), "any"))
+    c = read_checkpoint(path, fields, args.env)
     saved = (c["sizes"].tolist(), str(c["activation"]), bool(c["obs_norm"]))
+    wanted = (args.sizes, args.activation, args.obs_norm)
     check(
-        saved == (args.sizes, args.activation, args.obs_norm),
-        f"the checkpoint '{path}' is "
-        f"for {saved}, not {(args.sizes, args.activation, args.obs_norm)} (layer sizes, "
+        saved == wanted,
+        f"the checkpoint '{path}' is for {saved}, not {wanted} (layer sizes, "
         "activation, observation normalization)",
     )
-    d = sum(n_in * n_out + n_out for n_in, n_out in zip(args.sizes[:-1], args.sizes[1:]))
-    check(
-        c["theta"].shape == c["opt_m"].shape == c["opt_v"].shape == (d,),
-        f"the checkpoint '{path}' holds theta, opt_m or opt_v not of the policy's {d} parameters",
-    )
-    return {
-        k: c[k].astype(np.float32)
-        if k.startswith(("theta", "opt_m", "opt_v"))
-        else c[k]
-        if k.startswith("ob_s")
-        else c[k].item()
-        for k in STATE
-    }
+    d = n_params(args.sizes)
+    fits = c["theta"].shape == c["opt_m"].shape == c["opt_v"].shape == (d,)
+    check(fits, f"the checkpoint '{path}' holds theta, opt_m or opt_v not of the policy's {d}")
+    state = {}
+    for key in STATE:
+        if key in ("theta", "opt_m", "opt_v"):
+            state[key] = c[key].astype(np.float32)
+        elif key in ("ob_sum", "ob_sumsq"):
+            state[key] = c[key]
+        else:
+            state[key] = c[key].item()
+    return state
 
 
 def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
@@ -1151,119 +1088,114 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
     except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
         reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
         check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
-    missing = [name for name in fields if name not in saved]
-    check(
-        not missing,
-        f"'{path}' is no checkpoint of {os.path.basename(__file__)}: it has no "
-        + ", ".join(missing),
-    )
-    check(
-        env_id in (None, str(saved["env"])),
-        f"the checkpoint '{path}' is for {saved['env']}, not {env_id}",
-    )
+    missing = ", ".join(name for name in fields if name not in saved)
+    script = os.path.basename(__file__)
+    check(not missing, f"'{path}' is no checkpoint of {script}: it has no {missing}")
+    if env_id is not None:
+        check(
+            saved["env"] == env_id, f"the checkpoint '{path}' is for {saved['env']}, not {env_id}"
+        )
     for name, (shape, kind) in fields.items():
-        x, damaged = saved[name], f"the checkpoint '{path}' is damaged: its {name}"
+        x = saved[name]
+        damaged = f"the checkpoint '{path}' is damaged: its {name}"
         check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
         if kind == "count":
             check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
-        elif kind == "finite":
+        if kind in ("finite", "nonnegative"):
             check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
-        elif kind == "nonnegative":
-            check(
-                x.dtype.kind == "f" and np.isfinite(x).all() and (x >= 0).all(),
-                f"{damaged} is not finite and >= 0",
-            )
+        if kind == "nonnegative":
+            check((x >= 0).all(), f"{damaged} is negative")
     return saved
 
 
-def read_config(run_dir: str) -> dict:  # config.json of a run directory of es_openai.py
+def read_config(run_dir: str) -> dict:  # config.json of a run directory of this script
+    script = os.path.basename(__file__)
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
-            by = (cfg := json.load(f)).get("script")
+            config = json.load(f)
+        by = config.get("script")
     except (OSError, ValueError, AttributeError):
         by = None
-    check(
-        by == "es_openai.py",
-        f"'{run_dir}' is not a run directory of es_openai.py"
-        + (f" but of {by}: use python {by} with it" if by else ""),
-    )
-    return cfg
+    if by is None:
+        check(False, f"'{run_dir}' is not a run directory of {script}")
+    check(by == script, f"'{run_dir}' is a run directory of {by}, not of {script}; use python {by}")
+    return config
 
 
 def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best evaluation
     from matplotlib.figure import Figure
 
     c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
-    ev, ax = c["eval_return_mean"], (fig := Figure((7, 4), layout="tight")).subplots()
+    ev = c["eval_return_mean"]
     ok = ~np.isnan(ev)
+    fig = Figure((7, 4), layout="tight")
+    ax = fig.subplots()
     ax.fill_between(c["env_steps"], c["return_min"], c["return_max"], alpha=0.2, label="range")
     ax.plot(c["env_steps"], c["return_mean"], label="training (mean)")
     ax.plot(c["env_steps"][ok], ev[ok], "o-", label="evaluation (mean)")
     ax.set(xlabel="environment steps", ylabel="return", title=title)
     ax.legend(loc="lower right")
     fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
-    return (np.nanmax(ev), c["iteration"][np.nanargmax(ev)]) if ok.any() else (np.nan, 0)
+    if not ok.any():
+        return np.nan, 0
+    return np.nanmax(ev), c["iteration"][np.nanargmax(ev)]
+
+
+def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
+    from PIL import Image  # comes with matplotlib
+
+    images = [Image.fromarray(frame[::2, ::2]) for frame in frames]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
 
 
 def write_gif(args, state: dict, path: str) -> str:
-    """Evaluation episode 0 of --play as a GIF, every second frame at half size."""
-    from PIL import Image  # comes with matplotlib
-
+    """Evaluation episode 0 of --play as a GIF of every second frame (rollouts keeps those)."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
     os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
-    task, frames = task_of(state, args), []
-    policy = Policy(
-        [task["theta"]],
-        args.sizes,
-        args.activation,
-        args.act,
-        args.ac_bins,
-        task["ob_mean"],
-        task["ob_std"],
-        task["ob_clip"],
-    )
-    rollouts(
-        [make_env(args.env, args.episode_length, render=True)],
-        policy,
-        [int(stream(args.seed, EVAL, 10**6, 0).integers(2**31))],
-        frames=frames,
-    )
-    images = [Image.fromarray(f[::2, ::2]) for f in frames]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
+    task = task_of(state, args)
+    ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
+    policy = Policy([task["theta"]], args.sizes, args.activation, args.act, args.ac_bins, *ob)
+    env = make_env(args.env, args.episode_length, render=True)
+    frames = []
+    rollouts([env], policy, [int(stream(args.seed, EVAL, 10**6, 0).integers(2**31))], frames=frames)
+    save_gif(frames, path)
     return path
 
 
-def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN_DIR
-    path = args.evaluate_snapshots if args.play is None else args.play  # its options, policies
-    run_dir = os.path.abspath(os.path.join(path, "../..")) if path.endswith(".npz") else path
-    vars(args).update(
-        {
-            k: v
-            for k, v in read_config(run_dir).items()
-            if k in ("env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length")
-        }
-    )
-    args.ac_noise_std, args.episodes = 0.0, args.episodes or 10
-    configure(args)
+def snapshots(path: str, run_dir: str, latest: bool) -> list:  # the checkpoint files to play
     folder = os.path.join(run_dir, "checkpoints")
-    names = (
-        [path]
-        if path.endswith(".npz")
-        else [os.path.join(folder, "latest.npz")]
-        if args.play
-        else sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.startswith("iter_"))
-        if os.path.isdir(folder)
-        else []
+    if path.endswith(".npz"):
+        return [path]
+    if latest:
+        return [os.path.join(folder, "latest.npz")]
+    if not os.path.isdir(folder):
+        return []
+    return sorted(
+        os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("iter_")
     )
+
+
+def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN_DIR
+    path = args.evaluate_snapshots if args.play is None else args.play
+    run_dir = os.path.abspath(os.path.join(path, "../..")) if path.endswith(".npz") else path
+    saved = ("env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length")
+    for key, value in read_config(run_dir).items():  # the run's own policy options
+        if key in saved:
+            setattr(args, key, value)
+    args.ac_noise_std = 0.0
+    args.episodes = args.episodes or 10
+    configure(args)
+    names = snapshots(path, run_dir, latest=args.play is not None)
     check(names, f"'{run_dir}' has no snapshots (checkpoints/iter_*.npz)")
     states = [load_checkpoint(name, args) for name in names]
     if args.video:
         print(f"video: {write_gif(args, states[0], f'{run_dir}/video/{args.env}.gif')}")
-    pool, table = Workers(args, np.zeros(1, np.float32)), []
+    workers = Workers(args, np.zeros(1, np.float32))
+    table = []
     try:
         for s in states:  # the same episodes for every snapshot
-            R = evaluate(pool, s, args, args.episodes, 10**6)
+            R = evaluate(workers, s, args, args.episodes, 10**6)
             table.append([s["iteration"], s["env_steps"], R.mean(), R.std(), R.min(), R.max()])
             print(
                 f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {args.episodes} "
@@ -1272,41 +1204,40 @@ def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN
                 flush=True,
             )
     finally:
-        pool.close()
+        workers.close()
     if args.evaluate_snapshots:
         from matplotlib.figure import Figure
 
         t = np.array(table)
-        np.savetxt(
-            f"{run_dir}/snapshots.csv",
-            t,
-            delimiter=",",
-            comments="",
-            fmt="%.17g",
-            header="iteration,env_steps,return_mean,return_std,return_min,return_max",
-        )
-        ax = (fig := Figure((7, 4), layout="tight")).subplots()
+        header = "iteration,env_steps,return_mean,return_std,return_min,return_max"
+        path = f"{run_dir}/snapshots.csv"
+        np.savetxt(path, t, delimiter=",", comments="", fmt="%.17g", header=header)
+        fig = Figure((7, 4), layout="tight")
+        ax = fig.subplots()
         ax.errorbar(t[:, 0], t[:, 2], yerr=t[:, 3], fmt="o-", capsize=3)
-        ax.set(
-            xlabel="generation",
-            ylabel=f"return over {args.episodes} episodes (+- std)",
-            title=os.path.basename(os.path.normpath(run_dir)),
-        )
+        ylabel = f"return over {args.episodes} episodes (+- std)"
+        title = os.path.basename(os.path.normpath(run_dir))
+        ax.set(xlabel="generation", ylabel=ylabel, title=title)
         fig.savefig(f"{run_dir}/snapshots.png", dpi=90)
         print(f"wrote {run_dir}/snapshots.csv and snapshots.png")
     return R if args.play else table
 
 
+def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalmass: not ours
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
+
+
+def quiet_mujoco():  # MuJoCo's warnings on stderr, not in a file in the current folder
+    try:
+        import mujoco
+    except ImportError:
+        return
+    mujoco.set_mju_user_warning(mujoco_warning)
+
+
 def main(argv=None):
-    with contextlib.suppress(ImportError):  # MuJoCo 3.3+ warns of gymnasium's settotalmass, into
-        __import__("mujoco").set_mju_user_warning(
-            lambda m: (
-                "settotalmass" in m
-                or print(  # a file
-                    f"MuJoCo warning: {m.strip()}", file=sys.stderr
-                )
-            )
-        )  # in the current folder too
+    quiet_mujoco()
     args = build_parser().parse_args(argv)
     modes = [m for m in ("resume", "play", "evaluate_snapshots") if getattr(args, m) is not None]
     check(len(modes) < 2, f"--{' and --'.join(modes).replace('_', '-')}: one at a time")
@@ -1315,14 +1246,18 @@ def main(argv=None):
     check(playing or not args.episodes, "--episodes goes with --play or --evaluate-snapshots")
     check(not playing or not (args.ray or args.ray_address), "--ray is for training, not --play")
     try:
-        result = play(args) if playing else train(configure(args))
+        if playing:
+            return play(args)
+        result = train(configure(args))
     except OSError as e:  # a --video folder that takes no file, a disk full (the checkpoints stay)
         check(False, f"cannot write {e.filename}: {e.strerror}")
     except KeyboardInterrupt:  # during --play, or while a run starts
         sys.exit(130)
-    if playing or result["status"] in ("done", "target"):
-        return result
-    sys.exit(130 if result["status"] == "interrupted" else 1)
+    if result["status"] == "interrupted":
+        sys.exit(130)
+    if result["status"] not in ("done", "target"):
+        sys.exit(1)
+    return result
 
 
 if __name__ == "__main__":

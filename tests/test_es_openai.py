@@ -325,7 +325,8 @@ def test_elu_is_a_real_elu_and_lrelu_leaks():
     out = np.empty(3)
     eo.ACTIVATIONS["elu"](z, out)
     np.testing.assert_allclose(out, [np.expm1(-2.0), 0.0, 3.0])
-    np.testing.assert_allclose(eo.ACTIVATIONS["lrelu"](z, np.empty(3)), [-0.02, 0.0, 3.0])
+    eo.ACTIVATIONS["lrelu"](z, out)
+    np.testing.assert_allclose(out, [-0.02, 0.0, 3.0])
 
 
 # ---------------------------------------------------------------- the jobs a worker runs
@@ -345,18 +346,17 @@ def test_a_pair_job_is_its_two_episodes_and_the_same_stepped_with_others(env_id,
     jobs = [("train", 3, k) for k in range(8)] + [("eval", 3, 0)]
     together = eo.run_jobs([eo.make_env(env_id)], args, table, t, jobs)
     assert only_builtin_types(together) and [k for k, _ in together] == [job[2] for job in jobs]
-    kinds = [r[0] for _, r in together]
-    assert (
-        "noiseless" in kinds and kinds.count("pair") >= 4 and len(together[-1][1]) == 2
-    )  # eval: (R, L)
-    assert any(
-        r[5] is not None for _, r in together if r[0] == "pair"
-    )  # some pairs recorded observations
+    kinds = [r["kind"] for _, r in together]
+    assert "noiseless" in kinds and kinds.count("pair") >= 4 and kinds[-1] == "eval"
+    recorded = [r["ob_sum"] is not None for _, r in together if r["kind"] == "pair"]
+    assert any(recorded)  # some pairs recorded observations
     for job, (k, result) in zip(jobs, together):
         alone = eo.run_jobs([eo.make_env(env_id)], args, table, t, [job])[0][1]
-        for a, b in zip(result[:-1] if result[0] == "pair" else result, alone):  # the timers aside
-            np.testing.assert_array_equal(a, b)
-        if result[0] != "pair":
+        assert result.keys() == alone.keys()
+        for name in result:
+            if name != "times":  # the timers aside
+                np.testing.assert_array_equal(result[name], alone[name])
+        if result["kind"] != "pair":
             continue
         rng = eo.stream(
             args.seed, eo.TRAIN, 3, k
@@ -364,10 +364,8 @@ def test_a_pair_job_is_its_two_episodes_and_the_same_stepped_with_others(env_id,
         assert rng.random() >= args.eval_prob
         env_seed, idx = int(rng.integers(2**31)), int(rng.integers(0, len(table) - theta.size + 1))
         keep, eps = bool(rng.random() < args.calc_obstat_prob), table[idx : idx + theta.size]
-        assert result[1] == idx and (result[5] is not None) == keep
-        for sign, R in zip(
-            (1.0, -1.0), result[2]
-        ):  # each episode of the pair on its own; noise: only rows
+        assert result["idx"] == idx and (result["ob_sum"] is not None) == keep
+        for sign, R in zip((1.0, -1.0), result["returns"]):  # each episode of the pair alone
             (episode,), _, _ = eo.rollouts(
                 [eo.make_env(env_id)],
                 policy(args, [theta + sign * 0.5 * eps], t["ob_mean"], t["ob_std"]),
@@ -389,8 +387,8 @@ def test_action_noise_is_for_the_population_episodes_only():
         eo.run_jobs([eo.make_env("Pendulum-v1")], a, table, t, jobs) for a in (args, quiet)
     )
     for (_, r), (_, q) in zip(noisy, plain):
-        same = r[2] == q[2] if r[0] == "pair" else r == q
-        assert same == (r[0] != "pair"), r  # evaluations and noiseless episodes: the same bits
+        same = r["returns"] == q["returns"] if r["kind"] == "pair" else r == q
+        assert same == (r["kind"] != "pair"), r  # evaluations, noiseless episodes: the same bits
 
 
 # ---------------------------------------------------------------- the noise table and the workers
@@ -408,14 +406,12 @@ def test_the_noise_table_is_one_shared_copy():
     t = task(args, eo.normc_init(args.sizes, np.random.default_rng(1)))
     try:
         before = pool.run(t, eo.Generation(config(**{**TINY, "population": 12}), 0))
-        assert any(
-            r[2][0] != r[2][1] for r in before.values()
-        )  # theta + sigma eps and theta - sigma eps differ
+        # theta + sigma eps and theta - sigma eps differ
+        assert any(r["returns"][0] != r["returns"][1] for r in before.values())
         table[:] = 0.0  # written by the master after the workers started: eps = 0 for every pair
         after = pool.run(t, eo.Generation(config(**{**TINY, "population": 12}), 1))
-        assert all(
-            r[2][0] == r[2][1] for r in after.values()
-        )  # a copy would still hold the old numbers
+        # a copy would still hold the old numbers
+        assert all(r["returns"][0] == r["returns"][1] for r in after.values())
     finally:
         pool.close()
 
@@ -440,16 +436,14 @@ def test_results_of_an_older_task_are_dropped_and_counted():
     t = task(args, np.zeros(len(eo.normc_init(args.sizes, np.random.default_rng(0))), np.float32))
     try:
         first = pool.run(t, Jobs([("train", 0, 0), ("train", 0, 1)]))  # closes at its first result
-        for key in range(
-            1, 100
-        ):  # the other pair comes back under the old task: dropped wherever it arrives
+        stale = 0
+        for key in range(1, 100):  # the other pair comes back under the old task: dropped
             results = pool.run(t, eo.Evaluation(key, 1))
-            assert (
-                list(results) == [0] and len(results[0]) == 2
-            )  # only the new task's (return, length)
-            if not sum(pool.load):
+            assert list(results) == [0] and results[0]["kind"] == "eval"  # only the new task's
+            stale += pool.take_stale()
+            if not pool.running:
                 break
-        assert len(first) + pool.stale == 2 and sum(pool.load) == 0
+        assert len(first) + stale == 2 and not pool.running
     finally:
         pool.close()
 
@@ -461,7 +455,7 @@ def test_a_generation_closes_at_the_shortest_finished_prefix():
         ("train", 0, 1),
     ]  # 2 pairs = 4 episodes, no more
     assert gen.next_jobs({}, 4, 1) == []
-    pair = ("pair", 0, [1.0, 2.0], [0.0, 0.0], [10, 10], None, None, {})
+    pair = dict(kind="pair", idx=0, returns=[1.0, 2.0], sign_returns=[0.0, 0.0], lengths=[10, 10])
     assert not gen.done({1: pair})  # job 0 is not back: the prefix is not finished
     assert gen.done({0: pair, 1: pair}) and gen.closed_at == 2
     gen = eo.Generation(config(**{**TINY, "population": 2, "min_timesteps": 25}), 0)

@@ -62,23 +62,6 @@ def cluster():
     c.shutdown()
 
 
-def where(actor) -> tuple:
-    """(process id, node id) of a Ray actor."""
-    return ray.get(
-        actor.__ray_call__.remote(
-            lambda self: (os.getpid(), ray.get_runtime_context().get_node_id())
-        )
-    )
-
-
-def kill_one_actor_soon(pool, delay: float):
-    """SIGKILL the process of one Ray actor of `pool` after `delay` seconds, as a crash would."""
-    pid = where(pool.actors[0])[0]
-    timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
-    timer.start()
-    return pid, timer
-
-
 # ---------------------------------------------------------------- ars.py
 
 
@@ -213,39 +196,38 @@ def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     assert [r.split(",")[4:10] for r in rows[0]] == [r.split(",")[4:10] for r in rows[1]]
 
 
+def table_seen_by_a_task(table) -> tuple:  # what a Ray task receives for the table's reference
+    return table[[0, 99_999]].tolist(), table.flags.writeable
+
+
 @NEEDS_RAY
 def test_es_noise_table_is_read_from_the_object_store_without_a_copy(cluster):
     args = parse(eo, **ES_TINY, workers=4, ray=True)
     table = eo.noise_table(args.noise_size, 123)
     expected = table[[0, 99_999]].copy()
-    pool = eo.RayPool(args, table)
-    try:
-        assert not pool.table.flags.writeable  # the master reads the object store's copy too
-        np.testing.assert_array_equal(pool.table[[0, 99_999]], expected)
-        for actor in pool.actors:  # read-only: a view of the node's shared object store, not a copy
-            seen = ray.get(
-                actor.__ray_call__.remote(
-                    lambda self: (self.table[[0, 99_999]].tolist(), self.table.flags.writeable)
-                )
-            )
-            assert seen == (expected.tolist(), False)
-        assert len({where(actor)[1] for actor in pool.actors}) == 2  # spread over both nodes
-    finally:
-        pool.close()
+    workers = eo.Workers(args, table)
+    assert not workers.table.flags.writeable  # the master reads the object store's copy too
+    np.testing.assert_array_equal(workers.table[[0, 99_999]], expected)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    seen = workers.pool.submit(table_seen_by_a_task, workers.table_ref).result()
+    assert seen == (expected.tolist(), False)  # read-only: a view of the node's store, not a copy
+
+
+def crash_once_in(marker: str, work):  # es_openai.work, but its worker dies on its first message
+    def crashing(*args):
+        return crash_once(marker, work, *args)
+
+    return crashing
 
 
 @NEEDS_RAY
 def test_es_survives_a_killed_worker_with_the_same_results(cluster, tmp_path, monkeypatch):
     expected = eo.train(parse(eo, **ES_TINY, workers=1, out_dir=tmp_path / "local"))
-    real_run = eo.RayPool.run
-
-    def run_with_a_crash(self, task, jobs):
-        if self.key == 0:  # during the first generation
-            kill_one_actor_soon(self, 0.05)
-        return real_run(self, task, jobs)
-
-    monkeypatch.setattr(eo.RayPool, "run", run_with_a_crash)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    marker = str(tmp_path / "crashed")
+    monkeypatch.setattr(eo, "work", crash_once_in(marker, eo.work))
     got = eo.train(parse(eo, **ES_TINY, workers=2, ray=True, out_dir=tmp_path / "ray"))
+    assert os.path.exists(marker)  # a worker died, and its task ran again
     np.testing.assert_array_equal(expected["theta"], got["theta"])
 
 

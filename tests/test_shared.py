@@ -128,7 +128,7 @@ def test_the_helpers_copied_between_scripts_are_identical():
     every = (es_basic, ars, es_openai)
     copies = dict.fromkeys(["stream", "Parser", "check", "at_least", "init_worker"], every)
     copies.update(dict.fromkeys(["read_checkpoint", "write_config", "save_npz", "save_gif"], every))
-    copies.update(centered_ranks=(es_basic, es_openai), env_of=(ars, es_openai))
+    copies.update(centered_ranks=(es_basic, es_openai))
     for name in ("start_ray", "RayExecutor", "make_env", "reset_env", "plot", "read_config"):
         copies[name] = (ars, es_openai)
     copies.update(quiet_mujoco=(ars, es_openai), mujoco_warning=(ars, es_openai))

@@ -10,8 +10,11 @@ Each repetition runs, one after the other: a bare loop (env.step with actions dr
 the first with 2, the second with 2 (ars.py: 10 iterations of N = b = 8 directions; es_openai.py:
 6 generations of 40 episodes, a table of 10 million numbers; no evaluation).
 A run's rate is the median of the steps_per_s column (the training part of an iteration)
-over iterations 2 and later. Prints each repetition, then the medians and the ratios new / old;
-every timed run becomes a row of docs/results/throughput.csv, each script named with its commit.
+over iterations 2 and later; its whole-process time, the seconds from start to exit (imports,
+environments, the noise table, the workers' start and stop included). Prints each repetition,
+then the medians and the medians of the paired ratios new / old; every timed run becomes two rows
+of docs/results/throughput.csv (steps/s, and s for the whole process), each script named with its
+commit.
 """
 
 import argparse
@@ -35,8 +38,10 @@ FLAGS = {
 }
 
 
-def rate(script: str, env_id: str, workers: int) -> float:
+def rate(script: str, env_id: str, workers: int) -> tuple:
+    """(median steps/s of iterations 2 and later, whole-process seconds) of one training run."""
     with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
         own = FLAGS[os.path.basename(script)]
         subprocess.run(
             [
@@ -57,9 +62,11 @@ def rate(script: str, env_id: str, workers: int) -> float:
             check=True,
             capture_output=True,
         )
+        seconds = time.perf_counter() - t0
         (path,) = glob.glob(os.path.join(out, "*", "progress.csv"))
         with open(path) as f:
-            return statistics.median(float(r["steps_per_s"]) for r in list(csv.DictReader(f))[1:])
+            rows = list(csv.DictReader(f))[1:]
+        return statistics.median(float(r["steps_per_s"]) for r in rows), seconds
 
 
 def bare_rate(env_id: str, episodes: int = 10) -> float:
@@ -123,11 +130,14 @@ def main():
             for who, path in (("old", a.old), ("new", a.new))
         },
     }
+    walls = {(who, w): [] for who in ("old", "new") for w in (1, 2)}
     for k in range(a.repeats):
         rates["bare", 1].append(bare_rate(a.env))
         for w in (1, 2):
             for who, script in (("old", a.old), ("new", a.new)):
-                rates[who, w].append(rate(script, a.env, w))
+                steps_per_s, seconds = rate(script, a.env, w)
+                rates[who, w].append(steps_per_s)
+                walls[who, w].append(seconds)
         print(
             f"repetition {k + 1}: "
             + ", ".join(f"{who} {w}w {r[-1]:,.0f}" for (who, w), r in rates.items()),
@@ -141,6 +151,17 @@ def main():
             [
                 dict(here, run=name[who], workers=w, repetition=k + 1, value=round(r[-1], 1))
                 for (who, w), r in rates.items()
+            ]
+            + [
+                dict(
+                    here,
+                    run=f"{name[who]}, whole process",
+                    workers=w,
+                    repetition=k + 1,
+                    value=round(s[-1], 2),
+                    unit="s",
+                )
+                for (who, w), s in walls.items()
             ],
             THROUGHPUT,
         )
@@ -149,6 +170,13 @@ def main():
         print(
             f"{w} worker(s): old {med['old', w]:,.0f}, new {med['new', w]:,.0f} steps/s, "
             f"new / old {med['new', w] / med['old', w]:.3f}"
+        )
+    for w in (1, 2):
+        paired = statistics.median(n / o for n, o in zip(rates["new", w], rates["old", w]))
+        whole = statistics.median(n / o for n, o in zip(walls["new", w], walls["old", w]))
+        print(
+            f"{w} worker(s), medians of the paired ratios new / old: steps/s {paired:.3f}, "
+            f"whole-process seconds {whole:.3f}"
         )
     for who in ("old", "new"):
         per_core = statistics.median(r / b for r, b in zip(rates[who, 1], rates["bare", 1]))

@@ -31,10 +31,9 @@ def initial_policy(obs_dim: int, n_out: int, hidden: int = 16) -> dict:
 
 def mirrored_pair(policy: dict, seed: int, sigma: float) -> tuple:
     eps = sample_noise(policy, seed)
-    return (
-        {k: policy[k] + sigma * eps[k] for k in KEYS},
-        {k: policy[k] - sigma * eps[k] for k in KEYS},
-    )
+    plus = {k: policy[k] + sigma * eps[k] for k in KEYS}
+    minus = {k: policy[k] - sigma * eps[k] for k in KEYS}
+    return plus, minus
 
 
 def update_mean_policy(
@@ -68,10 +67,8 @@ def train(
     env = gym.make(env_name)
     mu = initial_policy(env.observation_space.shape[0], n_outputs(env.action_space), hidden)
     for iteration in range(iterations):
-        futures = [
-            executor.submit(evaluate_pair, mu, s, sigma, env_name)
-            for s in pair_seeds(seed, iteration, n_pairs)
-        ]
+        pairs = pair_seeds(seed, iteration, n_pairs)
+        futures = [executor.submit(evaluate_pair, mu, s, sigma, env_name) for s in pairs]
         results = [f.result() for f in futures]  # only after every pair is submitted
         seeds = [r[0] for r in results]
         R = np.array([r[1] for r in results] + [r[2] for r in results])
