@@ -12,6 +12,7 @@ Complete the five parts marked "YOUR CODE HERE", in order. After each one, run t
 """
 
 import argparse
+import ctypes
 import importlib.util
 import math
 import multiprocessing as mp
@@ -221,7 +222,7 @@ def positive(kind, zero=False):  # an argparse type: a finite number above 0 (or
 def init_worker():  # a worker process: Ctrl-C is the master's; it ends with the master (Linux)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform == "linux":
-        __import__("ctypes").CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
 def main(argv=None):
