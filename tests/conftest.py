@@ -159,24 +159,3 @@ def interrupted_runs(train, start, after: int = 0, also=()):
         if not fired:
             return
         yield n, result
-
-
-def sigint_during_close(monkeypatch, pool_class, run):
-    """Runs `run()` with a real Ctrl-C sent while `pool_class.close` stops the workers (after the
-    loop, during the final save), and Python's own SIGINT handler installed for the run (a job
-    started in the background, as CI may be, begins with SIGINT ignored). Returns run()'s result
-    and the SIGINT handler in place after it, so a test can check the script restored it."""
-    import signal
-
-    close = pool_class.close
-
-    def stopped(self, *args, **kwargs):
-        os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, while the workers are stopped
-        close(self, *args, **kwargs)
-
-    monkeypatch.setattr(pool_class, "close", stopped)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return run(), signal.getsignal(signal.SIGINT)
-    finally:
-        signal.signal(signal.SIGINT, previous)
