@@ -7,6 +7,7 @@ https://arxiv.org/abs/1803.07055; docs/ars.md derives the math, cited below as "
 """
 
 import argparse
+import collections
 import csv
 import ctypes
 import datetime
@@ -198,6 +199,10 @@ def rollout(
     return float(total), float(shaped), steps, stats
 
 
+# What rollout returns, as the master reads it (a worker sends the plain tuple).
+Episode = collections.namedtuple("Episode", "R shaped length stats")
+
+
 def job(args, params: tuple, kind: str, k: int) -> tuple:
     """("train", k): direction k's pair (Eq. 3) on one env seed, ((R+, ...), (R-, ...)); ("eval",
     k): evaluation episode k of the noiseless policy. Runs in a worker."""
@@ -237,16 +242,16 @@ def ars_iteration(pool, state: dict, args) -> tuple:
     t0 = time.time()
     mu, inv_sigma = normalizer(stats, args.version)  # frozen all along the iteration (Eq. 2)
     pairs = run_jobs(pool, args, (j, M, mu, inv_sigma, args.nu), [("train", k) for k in range(N)])
-    plus = [pair[0] for pair in pairs]  # (R, shaped R, length, statistics) of each direction
-    minus = [pair[1] for pair in pairs]
-    r_plus = np.array([episode[1] for episode in plus])  # Eq. (3): the shaped returns
-    r_minus = np.array([episode[1] for episode in minus])
+    plus = [Episode(*pair[0]) for pair in pairs]  # the episodes of M + nu delta_k, k = 0..N-1
+    minus = [Episode(*pair[1]) for pair in pairs]
+    r_plus = np.array([episode.shaped for episode in plus])  # Eq. (3): the shaped returns
+    r_minus = np.array([episode.shaped for episode in minus])
     direction = functools.partial(sample_direction, args.seed, j, shape=M.shape)  # delta_k again
     M_new, sigma_R = ars_update(M, direction, r_plus, r_minus, args.alpha, args.top_b)  # (4)-(5)
     for k in range(N):  # Eq. (6), in direction order: any worker count gives the same bits
-        stats = merge_stats(merge_stats(stats, plus[k][3]), minus[k][3])
-    returns = np.array([episode[0] for episode in plus + minus])  # (2N,)
-    lengths = np.array([episode[2] for episode in plus + minus])  # (2N,)
+        stats = merge_stats(merge_stats(stats, plus[k].stats), minus[k].stats)
+    returns = np.array([episode.R for episode in plus + minus])  # (2N,)
+    lengths = np.array([episode.length for episode in plus + minus])  # (2N,)
     env_steps = state["env_steps"] + int(lengths.sum())
     new = dict(M=M_new, iteration=j + 1, episodes=state["episodes"] + 2 * N, stats=stats)
     new.update(env_steps=env_steps)
@@ -260,7 +265,7 @@ def evaluate(pool, state: dict, args, episodes: range) -> np.ndarray:  # the noi
     mu, inv_sigma = normalizer(state["stats"], args.version)
     params = (state["iteration"], state["M"], mu, inv_sigma, args.nu)
     results = run_jobs(pool, args, params, [("eval", i) for i in episodes])
-    return np.array([episode[0] for episode in results])
+    return np.array([Episode(*episode).R for episode in results])
 
 
 def train(args) -> dict:
