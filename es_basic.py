@@ -33,15 +33,9 @@ PRESETS = {
         population=200, hidden=(), iterations=500, eval_episodes=100, target_return=200.0
     ),
 }
-GENERIC = dict(  # what a preset leaves unset, and every other environment
-    sigma=0.1,
-    alpha=0.03,
-    population=50,
-    hidden=(16,),
-    iterations=200,
-    eval_every=10,
-    eval_episodes=20,
-)
+# What a preset leaves unset, and every other environment:
+GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden=(16,), iterations=200)
+GENERIC.update(eval_every=10, eval_episodes=20)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -421,7 +421,7 @@ def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
         out.update(result([job], *episodes, time.perf_counter() - t2))
     if pairs:
         t0 = time.perf_counter()
-        thetas = [theta for job in pairs for theta in job["thetas"]]
+        thetas = [member for job in pairs for member in job["thetas"]]  # theta +, theta -, ...
         env_seeds = [job["env_seed"] for job in pairs]
         rngs = [job["rng"] for job in pairs]
         keep = [job["keep"] for job in pairs]
