@@ -7,28 +7,27 @@ cited below as "Eq. (n)".
     python es_openai.py --evaluate-snapshots runs/<run-dir> --episodes 5
 """
 
+import argparse
+import csv
+import ctypes
+import datetime
+import json
+import math
+import mmap
+import multiprocessing as mp
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, ProcessPoolExecutor, wait
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-import argparse  # noqa: E402 (after the thread settings, which numpy reads when imported)
-import csv  # noqa: E402
-import ctypes  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import mmap  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, ProcessPoolExecutor, wait  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym  # noqa: E402 (after the thread settings, which numpy reads on import)
 import numpy as np  # noqa: E402
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
