@@ -225,11 +225,16 @@ def init_worker():  # a worker process: Ctrl-C is the master's; it ends with the
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistake in one line: 'nes_exercise.py: error: ... (see --help)', exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(
-        description="NES class exercise: complete the parts, --check them, then train."
-    )
-    p.error = lambda message: p.exit(2, f"nes_exercise.py: error: {message} (see --help)\n")
+    description = "NES class exercise: complete the parts, --check them, then train."
+    p = Parser(prog="nes_exercise.py", description=description)
     p.add_argument("--check", action="store_true", help="check the parts, say what to do next")
     p.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
     p.add_argument("--iterations", type=positive(int), default=50, help="updates of the mean")
@@ -237,12 +242,7 @@ def main(argv=None):
     p.add_argument("--sigma", type=positive(float), default=0.1, help="σ, std of the noise")
     p.add_argument("--alpha", type=positive(float), default=0.05, help="α, step size")
     p.add_argument("--seed", type=positive(int, zero=True), default=0, help="seeds the pairs")
-    p.add_argument(
-        "--workers",
-        type=positive(int),
-        default=os.cpu_count(),
-        help="worker processes (default: all cores)",
-    )
+    p.add_argument("--workers", type=positive(int), default=os.cpu_count(), help="worker processes")
     p.add_argument("--ray", action="store_true", help="evaluate the pairs on Ray (pip install ray)")
     p.add_argument("--ray-address", help="with --ray: an existing cluster, e.g. 127.0.0.1:6379")
     args = p.parse_args(argv)
@@ -258,11 +258,10 @@ def main(argv=None):
     if len(space.shape or ()) != 1:
         p.error(f"{args.env}: the network takes a flat vector of observations, not {space}")
     ray = args.ray or args.ray_address  # an address says where Ray is: it means --ray
-    executor = (
-        RayExecutor(args.ray_address, p.error)
-        if ray
-        else ProcessPoolExecutor(args.workers, initializer=init_worker)
-    )
+    if ray:
+        executor = RayExecutor(args.ray_address, p.error)
+    else:
+        executor = ProcessPoolExecutor(args.workers, initializer=init_worker)
     t0 = time.time()
     mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
     executor.shutdown()
