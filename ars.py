@@ -153,16 +153,7 @@ def normalizer(stats: tuple, version: int):
 
 # ---- the policy, its rollouts, and the jobs a worker runs ----
 def rollout(
-    env,
-    M,
-    mu,
-    inv_sigma,
-    env_seed,
-    shift=0.0,
-    reward_clip=0.0,
-    keep_obs=False,
-    frames=None,
-    clip_actions=True,
+    env, M, mu, inv_sigma, env_seed, shift=0.0, reward_clip=0.0, keep_obs=False, clip_actions=True
 ):
     """One episode of a = clip(M (x - mu) / sigma) (Eq. 2): (return, shaped return, length,
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
@@ -189,8 +180,6 @@ def rollout(
         total += r
         # Eq. (3)'s shaped reward: the paper's shift; the clip is our option (deviation)
         shaped += (max(-reward_clip, min(reward_clip, r)) if reward_clip else r) - shift
-        if frames is not None:
-            frames.append(env.render())
         if terminated or truncated:
             break
         if keep_obs:  # the state the next action sees; the terminal one is never acted on
@@ -682,12 +671,10 @@ def write_gif(args, state: dict, path: str, key: int = 10**6) -> str:
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
     os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
     mu, inv_sigma = normalizer(state["stats"], args.version)
-    env = make_env(args.env, args.episode_length, render=True)
+    env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
     env_seed = int(stream(args.seed, EVAL, key, 0).integers(2**31))
-    frames = []
-    clip = args.actions == "clipped"
-    rollout(env, state["M"], mu, inv_sigma, env_seed, frames=frames, clip_actions=clip)
-    save_gif(frames[::2], path)
+    rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=args.actions == "clipped")
+    save_gif(env.render()[::2], path)  # the frames RenderCollection kept, one a step
     return path
 
 

@@ -140,7 +140,7 @@ def act(layers: list, obs: np.ndarray, activation: str, space):
     return space.low + (np.tanh(y) + 1.0) * 0.5 * (space.high - space.low)
 
 
-def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator, frames=None) -> tuple:
+def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator) -> tuple:
     """One episode of the policy theta, on an environment seed drawn from seeds: (R, length)."""
     layers = unflatten(theta, args.sizes)
     obs, _ = env.reset(seed=int(seeds.integers(2**31)))
@@ -153,8 +153,6 @@ def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator, frames=Non
         total += float(r)
         steps += 1
         done = terminated or truncated
-        if frames is not None:
-            frames.append(env.render())
     return total, steps
 
 
@@ -416,11 +414,10 @@ def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video f
     check(theta.shape == (d,), f"the policy '{path}' has {theta.size} weights, not {d}")
     if args.video:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
-        frames = []
-        env = gym.make(args.env, render_mode="rgb_array")
-        rollout(env, theta, args, stream(args.seed, EVAL, 10**6, 0), frames)  # the first below
+        env = gym.wrappers.RenderCollection(gym.make(args.env, render_mode="rgb_array"))
+        rollout(env, theta, args, stream(args.seed, EVAL, 10**6, 0))  # the first episode below
         path = os.path.join(args.play, "video", f"{args.env}.gif")
-        save_gif(frames[::2], path)  # every second frame
+        save_gif(env.render()[::2], path)  # every second frame RenderCollection kept
         print(f"video: {path}", flush=True)
     R = np.array([eval_episode(args, theta, 10**6, k)[0] for k in range(args.episodes)])
     print(
