@@ -438,31 +438,27 @@ def test_a_policy_plays_on_its_own_environment_and_layers(tmp_path):
     assert len(R) == 2 and (R < 0).all()  # Pendulum's returns are negative; CartPole's positive
 
 
-def test_a_killed_worker_ends_the_run_with_one_line_and_keeps_its_files(tmp_path):
-    """A worker killed mid-run (out of memory, kill -9): one line, exit status 1, no traceback
-    from any process, and the run directory keeps its log, the last logged policy and the plot."""
+def long_run_at_iteration_3(tmp_path):
+    """A long two-worker run in a session of its own, returned once iteration 3 is logged."""
+    argv = ["--iterations", "100000", "--target-return", "1e9", "--workers", "2"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(ROOT, "es_basic.py"),
-            "--iterations",
-            "100000",
-            "--target-return",
-            "1e9",
-            "--workers",
-            "2",
-            "--out-dir",
-            str(tmp_path),
-        ],
+        [sys.executable, os.path.join(ROOT, "es_basic.py"), *argv, "--out-dir", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
+    for line in proc.stdout:
+        if line.startswith("it ") and int(line.split()[1]) >= 3:
+            break
+    return proc
+
+
+def test_a_killed_worker_ends_the_run_with_one_line_and_keeps_its_files(tmp_path):
+    """A worker killed mid-run (out of memory, kill -9): one line, exit status 1, no traceback
+    from any process, and the run directory keeps its log, the last logged policy and the plot."""
+    proc = long_run_at_iteration_3(tmp_path)
     try:
-        for line in proc.stdout:
-            if line.startswith("it ") and int(line.split()[1]) >= 3:
-                break
         workers = subprocess.run(
             ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
         ).stdout.split()
@@ -483,27 +479,7 @@ def test_a_killed_worker_ends_the_run_with_one_line_and_keeps_its_files(tmp_path
 def test_ctrl_c_stops_the_workers_and_keeps_the_log(tmp_path):
     """Ctrl-C in a terminal reaches the whole process group: the workers ignore it, the master
     ends the run with its log, policy.npz and plot, exit status 130, and no process is left."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(ROOT, "es_basic.py"),
-            "--iterations",
-            "100000",
-            "--target-return",
-            "1e9",
-            "--workers",
-            "2",
-            "--out-dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    for line in proc.stdout:
-        if line.startswith("it ") and int(line.split()[1]) >= 3:
-            break
+    proc = long_run_at_iteration_3(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert (
