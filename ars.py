@@ -8,6 +8,7 @@ https://arxiv.org/abs/1803.07055; docs/ars.md derives the math, cited below as "
 
 import argparse
 import collections
+import contextlib
 import csv
 import ctypes
 import datetime
@@ -212,8 +213,9 @@ def job(args, params: tuple, kind: str, k: int) -> tuple:
 def run_jobs(pool, args, params: tuple, jobs: list) -> list:
     """The results of jobs [(kind, k), ...] in their order, whichever worker ran each."""
     try:
-        futures = [pool.submit(job, args, params, kind, k) for kind, k in jobs]
-        return [future.result() for future in futures]
+        with stops_held():
+            futures = [pool.submit(job, args, params, kind, k) for kind, k in jobs]
+            return [future.result() for future in futures]
     except BrokenExecutor:  # a worker process died
         raise WorkerDied("a worker process died") from None
     except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
@@ -391,6 +393,34 @@ def init_worker():  # a worker process: Ctrl-C is its master's to act on; it end
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
     if sys.platform == "linux":  # even a master killed with SIGKILL
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Stops:
+    """Ctrl-C and SIGTERM (on_stop): a KeyboardInterrupt at once, or, while the workers' queues
+    are in use (stops_held), as soon as that ends: raised inside them, it could leave one of
+    their locks taken, and the run would hang at its end."""
+
+    held = False
+    pending = False
+
+
+def on_stop(signum, frame):
+    if Stops.held:
+        Stops.pending = True
+        return
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stops_held():
+    Stops.held = True
+    try:
+        yield
+    finally:
+        Stops.held = False
+    if Stops.pending:
+        Stops.pending = False
+        raise KeyboardInterrupt
 
 
 def start_ray(address):  # Ray is imported only for --ray: it stays optional
@@ -741,6 +771,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
+    signal.signal(signal.SIGTERM, on_stop)  # SIGTERM stops a run like Ctrl-C
+    signal.signal(signal.SIGINT, on_stop)  # even in a job started with '&'
     main()

@@ -7,6 +7,7 @@ Learning", Algorithm 1, https://arxiv.org/abs/1703.03864; docs/es_basic.md deriv
 """
 
 import argparse
+import contextlib
 import csv
 import ctypes
 import datetime
@@ -266,6 +267,34 @@ def init_worker():  # a worker process: Ctrl-C is its master's to act on; it end
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class Stops:
+    """Ctrl-C and SIGTERM (on_stop): a KeyboardInterrupt at once, or, while the workers' queues
+    are in use (stops_held), as soon as that ends: raised inside them, it could leave one of
+    their locks taken, and the run would hang at its end."""
+
+    held = False
+    pending = False
+
+
+def on_stop(signum, frame):
+    if Stops.held:
+        Stops.pending = True
+        return
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stops_held():
+    Stops.held = True
+    try:
+        yield
+    finally:
+        Stops.held = False
+    if Stops.pending:
+        Stops.pending = False
+        raise KeyboardInterrupt
+
+
 def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
     here = os.path.dirname(os.path.abspath(__file__))
     git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
@@ -314,9 +343,10 @@ class Run:
         """(returns, lengths) of episode(args, theta, t, j) for j < n, in the order of j."""
         play = functools.partial(episode, self.args, theta, t)  # theta travels once per chunk
         if self.pool is None:
-            out = map(play, range(n))
+            out = list(map(play, range(n)))
         else:
-            out = self.pool.map(play, range(n), chunksize=-(-n // self.args.workers))
+            with stops_held():
+                out = list(self.pool.map(play, range(n), chunksize=-(-n // self.args.workers)))
         returns, lengths = zip(*out)
         return np.array(returns), np.array(lengths)
 
@@ -476,6 +506,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
+    signal.signal(signal.SIGTERM, on_stop)  # SIGTERM stops a run like Ctrl-C
+    signal.signal(signal.SIGINT, on_stop)  # even in a job started with '&'
     main()

@@ -8,6 +8,7 @@ cited below as "Eq. (n)".
 """
 
 import argparse
+import contextlib
 import csv
 import ctypes
 import datetime
@@ -747,6 +748,34 @@ def init_worker():  # a worker process: Ctrl-C is its master's to act on; it end
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class Stops:
+    """Ctrl-C and SIGTERM (on_stop): a KeyboardInterrupt at once, or, while the workers' queues
+    are in use (stops_held), as soon as that ends: raised inside them, it could leave one of
+    their locks taken, and the run would hang at its end."""
+
+    held = False
+    pending = False
+
+
+def on_stop(signum, frame):
+    if Stops.held:
+        Stops.pending = True
+        return
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def stops_held():
+    Stops.held = True
+    try:
+        yield
+    finally:
+        Stops.held = False
+    if Stops.pending:
+        Stops.pending = False
+        raise KeyboardInterrupt
+
+
 TABLE = None  # a local worker's noise table: its master's, shared through fork (init_table)
 
 
@@ -793,20 +822,21 @@ class Workers:
         self.calls += 1
         results = {}
         try:
-            while not jobs.done(results):
-                while len(self.running) < self.depth * a.workers:
-                    todo = jobs.next_jobs(results, a.lockstep, a.workers)
-                    if not todo:
-                        break
-                    future = self.pool.submit(work, a, task, todo, self.table_ref)
-                    self.running[future] = self.calls
-                finished, _ = wait(self.running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    out = future.result()
-                    if self.running.pop(future) == self.calls:
-                        results.update(out)
-                    else:  # of an older task: a job still running when its generation closed
-                        self.stale += len(out)
+            with stops_held():
+                while not jobs.done(results):
+                    while len(self.running) < self.depth * a.workers:
+                        todo = jobs.next_jobs(results, a.lockstep, a.workers)
+                        if not todo:
+                            break
+                        future = self.pool.submit(work, a, task, todo, self.table_ref)
+                        self.running[future] = self.calls
+                    finished, _ = wait(self.running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        out = future.result()
+                        if self.running.pop(future) == self.calls:
+                            results.update(out)
+                        else:  # of an older task: still running when its generation closed
+                            self.stale += len(out)
         except BrokenExecutor:  # a worker process died
             raise WorkerDied("a worker process died") from None
         except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
@@ -1260,6 +1290,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
+    signal.signal(signal.SIGTERM, on_stop)  # SIGTERM stops a run like Ctrl-C
+    signal.signal(signal.SIGINT, on_stop)  # even in a job started with '&'
     main()
