@@ -84,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
     a("--play", metavar="RUN_DIR", help="evaluate RUN_DIR's policy (or a checkpoint file)")
     a("--episodes", type=n(1), help="episodes for --play (default 10)")
-    a("--video", action="store_true", help="with --play: RUN_DIR/video/<env>.gif of one episode")
-    a("--ray", action="store_true", help="rollouts on Ray: a local instance, or RAY_ADDRESS")
+    a("--video", action="store_true", default=None, help="with --play: RUN_DIR/video/<env>.gif")
+    a("--ray", action="store_true", default=None, help="rollouts on Ray: here, or RAY_ADDRESS")
     a("--ray-address", metavar="ADDRESS", help="with --ray: a cluster, e.g. 10.0.0.1:6379 or auto")
     return p
 
@@ -243,9 +243,8 @@ def ars_iteration(pool, state: dict, args) -> tuple:
         stats = merge_stats(merge_stats(stats, plus[k].stats), minus[k].stats)
     returns = np.array([episode.R for episode in plus + minus])  # (2N,)
     lengths = np.array([episode.length for episode in plus + minus])  # (2N,)
-    env_steps = state["env_steps"] + int(lengths.sum())
     new = dict(M=M_new, iteration=j + 1, episodes=state["episodes"] + 2 * N, stats=stats)
-    new.update(env_steps=env_steps)
+    new["env_steps"] = state["env_steps"] + int(lengths.sum())
     finite = all(np.isfinite(x).all() for x in (returns, M_new, stats[1], stats[2]))
     info = dict(returns=returns, lengths=lengths, sigma_R=sigma_R, finite=finite)
     info.update(seconds=time.time() - t0, step_norm=np.linalg.norm(M_new - M))
@@ -317,15 +316,13 @@ def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite flo
 def configure(args) -> argparse.Namespace:
     """--resume's saved options, then the preset; what no one flag can check; the workers."""
     if args.resume is not None:
-        given = {
-            key for key, value in vars(args).items() if value is not None and value is not False
-        }
+        given = {key for key, value in vars(args).items() if value is not None}
         fixed = sorted(given - {"resume", *STEER})  # given on the command line, and not in STEER
         fixed_flags = ", --".join(fixed).replace("_", "-")
         steer_flags = ", --".join(STEER).replace("_", "-")
         check(not fixed, f"--{fixed_flags} cannot change a resumed run; only --{steer_flags} can")
         for key, value in read_config(args.resume).items():
-            if getattr(args, key, False) is None and key not in ("workers", "ray_address"):
+            if getattr(args, key, False) is None and key not in ("workers", "ray", "ray_address"):
                 setattr(args, key, value)
     preset = {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}
     for key, value in preset.items():
@@ -386,41 +383,26 @@ def reset_env(env, seed: int):
 
 
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
+STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and the stop a job scheduler sends
 
 
 def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # forked inside stops_held()
     if sys.platform == "linux":  # even a master killed with SIGKILL
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class Stops:
-    """Ctrl-C and SIGTERM (on_stop): a KeyboardInterrupt at once, or, while the workers' queues
-    are in use (stops_held), as soon as that ends: raised inside them, it could leave one of
-    their locks taken, and the run would hang at its end."""
-
-    held = False
-    pending = False
-
-
-def on_stop(signum, frame):
-    if Stops.held:
-        Stops.pending = True
-        return
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def stops_held():
-    Stops.held = True
+    """Ctrl-C and SIGTERM wait while the workers' queues are in use (a KeyboardInterrupt raised
+    inside them could leave a lock taken, and the run hang at its end), then raise as it ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
         yield
     finally:
-        Stops.held = False
-    if Stops.pending:
-        Stops.pending = False
-        raise KeyboardInterrupt
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def start_ray(address):  # Ray is imported only for --ray: it stays optional
@@ -510,9 +492,8 @@ class Run:
             rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
         else:
             now = datetime.datetime.now()
-            self.dir = os.path.join(
-                args.out_dir, f"{args.env}__ars__{args.seed}__{now:%Y%m%d-%H%M%S}"
-            )
+            name = f"{args.env}__ars__{args.seed}__{now:%Y%m%d-%H%M%S}"
+            self.dir = os.path.join(args.out_dir, name)
         try:
             os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))
             write_config(self.dir, args, "ars.py")
@@ -584,10 +565,8 @@ class Run:
                 message += f"; the target {a.target_return} was not reached: the best evaluation "
                 message += f"was {best:.1f}, at iteration {at:.0f}"
         elif status == "diverged":
-            message = (
-                f"NaN or inf after iteration {done}; its checkpoint is kept (a smaller --alpha "
-            )
-            message += "or --nu?)"
+            message = f"NaN or inf after iteration {done}; its checkpoint is kept (a smaller "
+            message += "--alpha or --nu?)"
         else:
             message = f"{status}: resume with  python ars.py --resume {self.dir}"
         print(message, file=sys.stdout if status in ("target", "done") else sys.stderr)
@@ -598,12 +577,9 @@ def save_checkpoint(run_dir: str, state: dict, env_id: str):  # written whole, t
     count, mean, m2 = state["stats"]
     saved = {key: value for key, value in state.items() if key != "stats"}
     saved.update(env=env_id, obs_count=count, obs_mean=mean, obs_m2=m2)
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # a stop
-    try:  # waits for the files
+    with stops_held():  # a stop waits for the files
         for name in (f"iter_{state['iteration']:06d}.npz", "latest.npz"):
             save_npz(os.path.join(run_dir, "checkpoints", name), **saved)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
@@ -639,9 +615,8 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
     script = os.path.basename(__file__)
     check(not missing, f"'{path}' is no checkpoint of {script}: it has no {missing}")
     if env_id is not None:
-        check(
-            saved["env"] == env_id, f"the checkpoint '{path}' is for {saved['env']}, not {env_id}"
-        )
+        env = saved["env"]
+        check(env == env_id, f"the checkpoint '{path}' is for {env}, not {env_id}")
     for name, (shape, kind) in fields.items():
         x = saved[name]
         damaged = f"the checkpoint '{path}' is damaged: its {name}"
@@ -709,12 +684,11 @@ def write_gif(args, state: dict, path: str, key: int = 10**6) -> str:
 
 
 def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXXXX.npz
-    if args.play.endswith(".npz"):
+    run_dir = args.play
+    checkpoint = os.path.join(run_dir, "checkpoints", "latest.npz")
+    if args.play.endswith(".npz"):  # a checkpoint of a run directory
         checkpoint = args.play
         run_dir = os.path.abspath(os.path.join(checkpoint, "../.."))
-    else:
-        checkpoint = os.path.join(args.play, "checkpoints", "latest.npz")
-        run_dir = args.play
     config = read_config(run_dir)
     for key in ("env", "version", "episode_length", "actions", "dims"):
         setattr(args, key, config[key])
@@ -724,12 +698,8 @@ def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXX
     if args.video:
         print(f"video: {write_gif(args, state, os.path.join(run_dir, 'video', f'{args.env}.gif'))}")
     mu, inv_sigma = normalizer(state["stats"], args.version)
-    env = env_of(args.env, args.episode_length)
-    clip = args.actions == "clipped"
-    R = np.zeros(episodes)
-    for i in range(episodes):
-        env_seed = int(stream(args.seed, EVAL, 10**6, i).integers(2**31))
-        R[i] = rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=clip)[0]
+    params = (10**6, state["M"], mu, inv_sigma, 0.0)  # evaluation seeds no run uses
+    R = np.array([job(args, params, "eval", i)[0] for i in range(episodes)])
     print(
         f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {episodes} episodes "
         f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {state['iteration']}"
@@ -743,11 +713,10 @@ def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalma
 
 
 def quiet_mujoco():  # MuJoCo's warnings on stderr, not in a file in the current folder
-    try:
+    with contextlib.suppress(ImportError):  # no MuJoCo, no warnings
         import mujoco
-    except ImportError:
-        return
-    mujoco.set_mju_user_warning(mujoco_warning)
+
+        mujoco.set_mju_user_warning(mujoco_warning)
 
 
 def main(argv=None):
@@ -771,6 +740,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, on_stop)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, on_stop)  # even in a job started with '&'
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
     main()

@@ -147,14 +147,13 @@ def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator) -> tuple:
     obs, _ = env.reset(seed=int(seeds.integers(2**31)))
     total = 0.0
     steps = 0
-    done = False
-    while not done:
+    while True:
         action = act(layers, obs, args.activation, env.action_space)
         obs, r, terminated, truncated, _ = env.step(action)
         total += float(r)
         steps += 1
-        done = terminated or truncated
-    return total, steps
+        if terminated or truncated:
+            return total, steps
 
 
 def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
@@ -258,41 +257,26 @@ def env_of(env_id: str):  # this process's environment, made for its first episo
 
 
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
+STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and the stop a job scheduler sends
 
 
 def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # forked inside stops_held()
     if sys.platform == "linux":  # even a master killed with SIGKILL
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class Stops:
-    """Ctrl-C and SIGTERM (on_stop): a KeyboardInterrupt at once, or, while the workers' queues
-    are in use (stops_held), as soon as that ends: raised inside them, it could leave one of
-    their locks taken, and the run would hang at its end."""
-
-    held = False
-    pending = False
-
-
-def on_stop(signum, frame):
-    if Stops.held:
-        Stops.pending = True
-        return
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def stops_held():
-    Stops.held = True
+    """Ctrl-C and SIGTERM wait while the workers' queues are in use (a KeyboardInterrupt raised
+    inside them could leave a lock taken, and the run hang at its end), then raise as it ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
         yield
     finally:
-        Stops.held = False
-    if Stops.pending:
-        Stops.pending = False
-        raise KeyboardInterrupt
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
@@ -328,9 +312,7 @@ class Run:
         self.csv.writeheader()
         self.args = args
         self.theta = theta
-        self.iteration = 0
-        self.episodes_so_far = 0
-        self.env_steps = 0
+        self.counts = dict(iteration=0, episodes=0, env_steps=0)  # so far
         self.t0 = time.time()
         self.last = 0.0  # when the last iteration was logged
         self.ev = np.nan  # the last evaluation's mean, shown until the next one
@@ -354,27 +336,25 @@ class Run:
         took = time.time() - self.t0
         speed = lengths.sum() / (took - self.last)  # the iteration's steps per second
         self.last = took
-        self.iteration += 1
-        self.episodes_so_far += len(R)
-        self.env_steps += int(lengths.sum())
         self.theta = theta
+        c = self.counts
+        c["iteration"] += 1
+        c["episodes"] += len(R)
+        c["env_steps"] += int(lengths.sum())
         if ev is None:
             ev = np.array([np.nan])
         else:
             self.ev = ev.mean()
-        row = dict(iteration=self.iteration, episodes=self.episodes_so_far)
-        row.update(
-            env_steps=self.env_steps, wall_time_s=round(took, 2), steps_per_s=round(speed, 1)
-        )
+        row = dict(c, wall_time_s=round(took, 2), steps_per_s=round(speed, 1))
         row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
         row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
         row.update(grad_norm=np.linalg.norm(g), theta_norm=np.linalg.norm(theta))
         row.update(mean_length=lengths.mean(), elite=(R > R.mean()).sum())
         self.csv.writerow(row)
         self.file.flush()
-        eta = (self.args.iterations / self.iteration - 1) * took
+        eta = (self.args.iterations / c["iteration"] - 1) * took
         print(
-            f"it {self.iteration:5d} | eps {self.episodes_so_far:7d} | steps {self.env_steps:10,d}"
+            f"it {c['iteration']:5d} | eps {c['episodes']:7d} | steps {c['env_steps']:10,d}"
             f" | return {R.mean():8.1f} (max {R.max():7.1f}) | eval {self.ev:7.1f} | {speed:6.0f}"
             f" steps/s | {took:5.0f} s | ETA {eta:5.0f} s",
             flush=True,
@@ -385,17 +365,15 @@ class Run:
             self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
         self.file.close()
         a = self.args
-        policy = dict(theta=self.theta, iteration=self.iteration, env=a.env, sizes=a.sizes)
+        c = self.counts
+        policy = dict(theta=self.theta, iteration=c["iteration"], env=a.env, sizes=a.sizes)
         save_npz(os.path.join(self.dir, "policy.npz"), **policy, activation=a.activation)
-        if self.iteration:
+        if c["iteration"]:
             plot(self.dir, f"es_basic.py on {a.env}")
         ended = sys.stdout if status == "done" else sys.stderr
-        done = f"{self.episodes_so_far} episodes, {self.env_steps} env steps"
-        print(f"{status} after iteration {self.iteration}: {done}", file=ended)
-        counts = dict(iteration=self.iteration, episodes=self.episodes_so_far)
-        return dict(
-            counts, env_steps=self.env_steps, theta=self.theta, status=status, run_dir=self.dir
-        )
+        done = f"{c['episodes']} episodes, {c['env_steps']} env steps"
+        print(f"{status} after iteration {c['iteration']}: {done}", file=ended)
+        return dict(c, theta=self.theta, status=status, run_dir=self.dir)
 
 
 def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
@@ -438,10 +416,9 @@ def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video f
     sizes = [int(n) for n in np.ravel(policy["sizes"])]
     args.hidden = tuple(sizes[1:-1])
     configure(args)  # the environment's layer sizes, which the policy's must be
-    check(sizes == args.sizes, f"the policy '{path}' has layers {sizes}, not {args.env}'s")
     theta = policy["theta"]
-    d = n_weights(sizes)
-    check(theta.shape == (d,), f"the policy '{path}' has {theta.size} weights, not {d}")
+    fits = sizes == args.sizes and theta.shape == (n_weights(sizes),)
+    check(fits, f"the policy '{path}' does not fit {args.env}'s layers {args.sizes}")
     if args.video:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
         env = gym.wrappers.RenderCollection(gym.make(args.env, render_mode="rgb_array"))
@@ -472,9 +449,8 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
     script = os.path.basename(__file__)
     check(not missing, f"'{path}' is no checkpoint of {script}: it has no {missing}")
     if env_id is not None:
-        check(
-            saved["env"] == env_id, f"the checkpoint '{path}' is for {saved['env']}, not {env_id}"
-        )
+        env = saved["env"]
+        check(env == env_id, f"the checkpoint '{path}' is for {env}, not {env_id}")
     for name, (shape, kind) in fields.items():
         x = saved[name]
         damaged = f"the checkpoint '{path}' is damaged: its {name}"
@@ -506,6 +482,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, on_stop)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, on_stop)  # even in a job started with '&'
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
     main()

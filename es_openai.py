@@ -12,6 +12,7 @@ import contextlib
 import csv
 import ctypes
 import datetime
+import glob
 import json
 import math
 import mmap
@@ -76,11 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--beta1", type=r(0, 1), help="Adam β1 (default 0.9)")
     a("--beta2", type=r(0, 1), help="Adam β2 (default 0.999)")
     a("--l2coeff", type=r(0, math.inf), help="λ, L2 weight decay (starter 0.005)")
-    a(
-        "--fitness",
-        choices=("centered_rank", "sign", "centered_sign_rank", "none"),
-        help="return_proc_mode: returns to weights (Eqs. 4-5)",
-    )
+    modes = ("centered_rank", "sign", "centered_sign_rank", "none")
+    a("--fitness", choices=modes, help="return_proc_mode: returns to weights (Eqs. 4-5)")
     a("--no-mirror", dest="mirror", action="store_false", default=None, help="no mirrored pairs")
     a("--hidden", help="hidden layer sizes, e.g. 64,64 (preset)")
     a("--activation", choices=("tanh", "relu", "lrelu", "elu"), help="hidden nonlinearity")
@@ -229,23 +227,15 @@ def normc_init(sizes: list, rng: np.random.Generator) -> np.ndarray:
     return theta
 
 
-def tanh(z, out):
-    np.tanh(z, out=out)
-
-
-def relu(z, out):
-    np.maximum(z, 0.0, out=out)
-
-
-def lrelu(z, out):  # deviation: the starter's slope is 0.2
-    np.maximum(z, 0.01 * z, out=out)
-
-
-def elu(z, out):  # a real ELU (the notebooks this grew from mapped elu to a leaky ReLU)
-    out[:] = np.where(z > 0, z, np.expm1(np.minimum(z, 0.0)))
-
-
-ACTIVATIONS = {"tanh": tanh, "relu": relu, "lrelu": lrelu, "elu": elu}
+def activate(z: np.ndarray, activation: str):  # the hidden layers' nonlinearity, in place
+    if activation == "tanh":
+        np.tanh(z, out=z)
+    elif activation == "relu":
+        np.maximum(z, 0.0, out=z)
+    elif activation == "lrelu":  # deviation: the starter's slope is 0.2
+        np.maximum(z, 0.01 * z, out=z)
+    else:  # a real ELU (the notebooks this grew from mapped elu to a leaky ReLU)
+        z[:] = np.where(z > 0, z, np.expm1(np.minimum(z, 0.0)))
 
 
 def tiled(values, last: float, B: int) -> np.ndarray:  # B copies of [*values, last], end to end
@@ -271,7 +261,7 @@ class Policy:
         self.obs = self.inputs[0][..., :-1].reshape(B, -1)
         self.hidden = [x[..., :-1] for x in self.inputs[1:]]  # where activations go
         self.B = B
-        self.act = ACTIVATIONS[activation]
+        self.activation = activation
         self.discrete = isinstance(act, gym.spaces.Discrete)
         self.bins = ac_bins
         inv_std = 1.0 / np.asarray(ob_std, np.float64)  # Eq. (9) on all of x0: the 1s stay 1
@@ -296,7 +286,7 @@ class Policy:
         np.minimum(v, self.clip_high, out=v)
         for x, Wb, h in zip(self.inputs, self.layers[:-1], self.hidden):
             z = x @ Wb  # f([x, 1] @ [W; b]) = f(x @ W + b), every row at once,
-            self.act(z, z)  # in place, then copied beside the 1s
+            activate(z, self.activation)  # in place, then copied beside the 1s
             h[:] = z
         y = (self.inputs[-1] @ self.layers[-1]).reshape(self.B, -1)  # (B, n_out)
         if self.discrete:
@@ -320,14 +310,8 @@ def noise_table(size: int, seed: int) -> np.ndarray:
 
 
 def rollouts(
-    envs: list,
-    policy: Policy,
-    env_seeds: list,
-    rngs=None,
-    ac_noise_std=0.0,
-    keep_obs=None,
-    frames=None,
-) -> tuple:
+    envs: list, policy: Policy, env_seeds: list, rngs=None, ac_noise_std=0.0, keep_obs=None
+):
     """The B = policy.B episodes of the jobs stepped together, one policy call per step; job j's
     share env_seeds[j], draw action noise from rngs[j] (Eq. 11) and keep their observations' sums
     if keep_obs[j]. ([(return, sign return, length, sums)] per episode, policy s, env.step s)."""
@@ -359,8 +343,6 @@ def rollouts(
         t_policy += t1 - t0
         t_env += time.perf_counter() - t1
         t += 1
-        if frames is not None and t % 2 == 1:  # every other frame: rendering costs more than a step
-            frames.append(envs[0].render())
         for i, ob, r, terminated, truncated, _ in results:
             r = float(r)
             total[i] += r
@@ -448,10 +430,8 @@ def result(jobs: list, episodes: list, t_policy: float, t_env: float, seconds: f
         returns = [episode[0] for episode in mine]
         sign_returns = [episode[1] for episode in mine]
         lengths = [episode[2] for episode in mine]
-        out[job["i"]] = dict(kind="pair", idx=job["idx"], returns=returns, lengths=lengths)
-        out[job["i"]].update(
-            sign_returns=sign_returns, ob_sum=ob_sum, ob_sumsq=ob_sumsq, times=times
-        )
+        pair = dict(kind="pair", idx=job["idx"], returns=returns, lengths=lengths, times=times)
+        out[job["i"]] = dict(pair, sign_returns=sign_returns, ob_sum=ob_sum, ob_sumsq=ob_sumsq)
     return out
 
 
@@ -530,6 +510,7 @@ def es_generation(workers, state: dict, args) -> tuple:
     """One generation: the population, shaped returns, g, the optimizer step, the new statistics.
     `state` is left whole, so a stop or a NaN at any moment leaves a state to checkpoint."""
     t0 = time.time()
+    theta = state["theta"]  # (d,) float32
     gen = Generation(args, state["iteration"])
     results = workers.run(task_of(state, args), gen)
     stale = workers.take_stale()  # results of older tasks dropped since the last generation
@@ -543,7 +524,7 @@ def es_generation(workers, state: dict, args) -> tuple:
     lengths = np.array([r["lengths"] for r in pairs])
     F = shape_fitness(returns, sign_returns, args.fitness)  # Eqs. (4)-(5)
     t1 = time.time()
-    g = es_gradient(F, indices, workers.table, state["theta"].size)  # Eq. (6)
+    g = es_gradient(F, indices, workers.table, theta.size)  # Eq. (6)
     new = dict(state, **update(state, g, args))  # Eq. (7), (8) or (3)
     ob_count = 0.0
     for r in pairs:  # Eq. (9): the new observations count from the next generation on
@@ -561,9 +542,7 @@ def es_generation(workers, state: dict, args) -> tuple:
     info = dict(returns=returns.ravel(), lengths=lengths.ravel(), noiseless=noiseless)
     info.update(steps=n_steps, skipped_frac=skipped / (skipped + len(accepted)))
     info.update(finite=all(np.isfinite(x).all() for x in checked), ob_count=ob_count)
-    info.update(
-        grad_norm=np.linalg.norm(g), update_norm=np.linalg.norm(new["theta"] - state["theta"])
-    )
+    info.update(grad_norm=np.linalg.norm(g), update_norm=np.linalg.norm(new["theta"] - theta))
     info["times"] = {name: np.array([r["times"][name] for r in pairs]) for name in TIMERS}
     info.update(time_gen=time.time() - t0, time_update=time.time() - t1)
     return new, info
@@ -654,21 +633,11 @@ def configure(args) -> argparse.Namespace:
     sizes_ok = all(h.strip().isdigit() and int(h) > 0 for h in args.hidden.split(","))
     check(sizes_ok, f"--hidden takes sizes like 64 or 64,64, not '{args.hidden}'")
     even = not args.mirror or args.population % 2 == 0
-    check(
-        even,
-        f"--population must be even with mirrored sampling, got {args.population} (or add "
-        "--no-mirror)",
-    )
-    pairs_only = "the starter code defines the sign modes on mirrored pairs only"
-    check(
-        args.mirror or "sign" not in args.fitness,
-        f"--fitness {args.fitness} needs mirrored sampling: {pairs_only}",
-    )
+    check(even, "--population must be even with mirrored sampling (or add --no-mirror)")
+    pairs = args.mirror or "sign" not in args.fitness  # the starter defines them on pairs only
+    check(pairs, f"--fitness {args.fitness} needs mirrored sampling (the starter code's)")
     recorded = not args.obs_norm or args.calc_obstat_prob > 0
-    check(
-        recorded,
-        "--calc-obstat-prob must be > 0 with observation normalization (or add --no-obs-norm)",
-    )
+    check(recorded, "--calc-obstat-prob must be > 0 with observation normalization")
     try:
         env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
@@ -683,20 +652,17 @@ def configure(args) -> argparse.Namespace:
     box = isinstance(act, gym.spaces.Box) and len(act.shape) == 1
     takes = "es_openai.py takes Discrete and flat Box actions"
     check(discrete or box, f"{args.env} has {act} actions; {takes}")
+    box_only = not discrete or not args.ac_bins and not args.ac_noise_std
     for_box = "--ac-bins and --ac-noise-std are for Box actions"
-    check(
-        not discrete or not args.ac_bins and not args.ac_noise_std,
-        f"{args.env} has discrete actions: {for_box}",
-    )
+    check(box_only, f"{args.env} has discrete actions: {for_box}")
     check(args.ac_bins != 1, "--ac-bins must be 0 (continuous) or at least 2")
     bounded = discrete or not args.ac_bins or np.isfinite([act.low, act.high]).all()
     check(bounded, f"{args.env} has unbounded actions: --ac-bins needs finite bounds")
     if args.ac_noise_std is None:
         args.ac_noise_std = 0.0 if discrete else 0.01
     args.act = act
-    args.sizes = layer_sizes(
-        obs.shape[0], [int(h) for h in args.hidden.split(",")], act, args.ac_bins
-    )
+    hidden = [int(h) for h in args.hidden.split(",")]
+    args.sizes = layer_sizes(obs.shape[0], hidden, act, args.ac_bins)
     args.ray = args.ray or bool(args.ray_address)  # an address says where Ray is: it means --ray
     if args.ray:  # found, or refused, before anything is written
         ray = start_ray(args.ray_address)
@@ -739,41 +705,26 @@ def reset_env(env, seed: int):
 
 
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
+STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and the stop a job scheduler sends
 
 
 def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # forked inside stops_held()
     if sys.platform == "linux":  # even a master killed with SIGKILL
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class Stops:
-    """Ctrl-C and SIGTERM (on_stop): a KeyboardInterrupt at once, or, while the workers' queues
-    are in use (stops_held), as soon as that ends: raised inside them, it could leave one of
-    their locks taken, and the run would hang at its end."""
-
-    held = False
-    pending = False
-
-
-def on_stop(signum, frame):
-    if Stops.held:
-        Stops.pending = True
-        return
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def stops_held():
-    Stops.held = True
+    """Ctrl-C and SIGTERM wait while the workers' queues are in use (a KeyboardInterrupt raised
+    inside them could leave a lock taken, and the run hang at its end), then raise as it ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
         yield
     finally:
-        Stops.held = False
-    if Stops.pending:
-        Stops.pending = False
-        raise KeyboardInterrupt
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 TABLE = None  # a local worker's noise table: its master's, shared through fork (init_table)
@@ -940,11 +891,8 @@ class Run:
         too_small = f"--noise-size {args.noise_size} is smaller than the policy's {theta.size}"
         check(args.noise_size >= theta.size, f"{too_small} parameters")
         free = available_memory()
-        check(
-            4 * args.noise_size < free,
-            f"the noise table needs {table_size} and memory has "
-            f"{free / 2**30:.2f} GiB available: lower --noise-size",
-        )
+        needs = f"the noise table needs {table_size}, and {free / 2**30:.2f} GiB are free"
+        check(4 * args.noise_size < free, f"{needs}: lower --noise-size")
         self.args = args
         self.ev = np.nan  # the last evaluation's mean, shown until the next one
         n = args.sizes[0]
@@ -1001,12 +949,11 @@ class Run:
         row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
         row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
         row.update(length_mean=L.mean(), noiseless_count=len(nl))
-        row.update(noiseless_return_mean=np.nan, noiseless_return_std=np.nan)
-        row.update(noiseless_length_mean=np.nan)
-        if len(nl):
-            row.update(noiseless_return_mean=nl[:, 0].mean(), noiseless_return_std=nl[:, 0].std())
-            row.update(noiseless_length_mean=nl[:, 1].mean())
         row.update(episodes_this_gen=L.size + len(nl), timesteps_this_gen=info["steps"])
+        if not len(nl):  # no noiseless episode this generation: nan
+            nl = np.full((1, 2), np.nan)
+        row.update(noiseless_return_mean=nl[:, 0].mean(), noiseless_return_std=nl[:, 0].std())
+        row.update(noiseless_length_mean=nl[:, 1].mean())
         row.update(workers=a.workers, skipped_frac=info["skipped_frac"])
         row.update(obs_count_this_gen=info["ob_count"], obs_count=state["ob_count"])
         row.update(theta_norm=np.linalg.norm(state["theta"]), grad_norm=info["grad_norm"])
@@ -1063,12 +1010,9 @@ def save_checkpoint(run_dir: str, state: dict, args, snapshot: bool):  # whole, 
         names.append(f"iter_{state['iteration']:06d}.npz")
     policy = dict(env=args.env, sizes=args.sizes, activation=args.activation)
     policy.update(ac_bins=args.ac_bins, obs_norm=args.obs_norm)
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # a stop
-    try:  # waits for the files
+    with stops_held():  # a stop waits for the files
         for name in names:
             save_npz(os.path.join(run_dir, "checkpoints", name), **state, **policy)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
@@ -1087,11 +1031,8 @@ def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpo
     c = read_checkpoint(path, fields, args.env)
     saved = (c["sizes"].tolist(), str(c["activation"]), bool(c["obs_norm"]))
     wanted = (args.sizes, args.activation, args.obs_norm)
-    check(
-        saved == wanted,
-        f"the checkpoint '{path}' is for {saved}, not {wanted} (layer sizes, "
-        "activation, observation normalization)",
-    )
+    what = "(layer sizes, activation, observation normalization)"
+    check(saved == wanted, f"the checkpoint '{path}' is for {saved}, not {wanted} {what}")
     d = n_params(args.sizes)
     fits = c["theta"].shape == c["opt_m"].shape == c["opt_v"].shape == (d,)
     check(fits, f"the checkpoint '{path}' holds theta, opt_m or opt_v not of the policy's {d}")
@@ -1121,9 +1062,8 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
     script = os.path.basename(__file__)
     check(not missing, f"'{path}' is no checkpoint of {script}: it has no {missing}")
     if env_id is not None:
-        check(
-            saved["env"] == env_id, f"the checkpoint '{path}' is for {saved['env']}, not {env_id}"
-        )
+        env = saved["env"]
+        check(env == env_id, f"the checkpoint '{path}' is for {env}, not {env_id}")
     for name, (shape, kind) in fields.items():
         x = saved[name]
         damaged = f"the checkpoint '{path}' is damaged: its {name}"
@@ -1179,30 +1119,24 @@ def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
 
 
 def write_gif(args, state: dict, path: str) -> str:
-    """Evaluation episode 0 of --play as a GIF of every second frame (rollouts keeps those)."""
+    """Evaluation episode 0 of --play as a GIF of every second frame."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
     os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
     task = task_of(state, args)
     ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
     policy = Policy([task["theta"]], args.sizes, args.activation, args.act, args.ac_bins, *ob)
-    env = make_env(args.env, args.episode_length, render=True)
-    frames = []
-    rollouts([env], policy, [int(stream(args.seed, EVAL, 10**6, 0).integers(2**31))], frames=frames)
-    save_gif(frames, path)
+    env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
+    rollouts([env], policy, [int(stream(args.seed, EVAL, 10**6, 0).integers(2**31))])
+    save_gif(env.render()[::2], path)  # the frames RenderCollection kept, one a step
     return path
 
 
 def snapshots(path: str, run_dir: str, latest: bool) -> list:  # the checkpoint files to play
-    folder = os.path.join(run_dir, "checkpoints")
     if path.endswith(".npz"):
         return [path]
     if latest:
-        return [os.path.join(folder, "latest.npz")]
-    if not os.path.isdir(folder):
-        return []
-    return sorted(
-        os.path.join(folder, name) for name in os.listdir(folder) if name.startswith("iter_")
-    )
+        return [os.path.join(run_dir, "checkpoints", "latest.npz")]
+    return sorted(glob.glob(os.path.join(glob.escape(run_dir), "checkpoints", "iter_*.npz")))
 
 
 def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN_DIR
@@ -1226,12 +1160,9 @@ def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN
         for s in states:  # the same episodes for every snapshot
             R = evaluate(workers, s, args, args.episodes, 10**6)
             table.append([s["iteration"], s["env_steps"], R.mean(), R.std(), R.min(), R.max()])
-            print(
-                f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {args.episodes} "
-                f"episodes (min {R.min():.1f}, max {R.max():.1f}), policy of generation "
-                f"{s['iteration']}",
-                flush=True,
-            )
+            mean = f"mean return {R.mean():.1f} +- {R.std():.1f} over {args.episodes} episodes"
+            spread = f"(min {R.min():.1f}, max {R.max():.1f})"
+            print(f"{args.env}: {mean} {spread}, policy of generation {s['iteration']}", flush=True)
     finally:
         workers.close()
     if args.evaluate_snapshots:
@@ -1258,11 +1189,10 @@ def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalma
 
 
 def quiet_mujoco():  # MuJoCo's warnings on stderr, not in a file in the current folder
-    try:
+    with contextlib.suppress(ImportError):  # no MuJoCo, no warnings
         import mujoco
-    except ImportError:
-        return
-    mujoco.set_mju_user_warning(mujoco_warning)
+
+        mujoco.set_mju_user_warning(mujoco_warning)
 
 
 def main(argv=None):
@@ -1290,6 +1220,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, on_stop)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, on_stop)  # even in a job started with '&'
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
     main()

@@ -127,7 +127,7 @@ def test_the_helpers_copied_between_scripts_are_identical():
 
     every = (es_basic, ars, es_openai)
     copies = dict.fromkeys(["stream", "Parser", "check", "at_least", "init_worker"], every)
-    copies.update(dict.fromkeys(["Stops", "on_stop", "stops_held"], every))
+    copies.update(stops_held=every)
     copies.update(dict.fromkeys(["read_checkpoint", "write_config", "save_npz", "save_gif"], every))
     copies.update(centered_ranks=(es_basic, es_openai))
     for name in ("start_ray", "RayExecutor", "make_env", "reset_env", "plot", "read_config"):
@@ -137,6 +137,7 @@ def test_the_helpers_copied_between_scripts_are_identical():
         sources = {inspect.getsource(getattr(module, name)) for module in modules}
         assert len(sources) == 1, name
     assert ars.COLUMNS[:11] == es_openai.COLUMNS[:11] == es_basic.COLUMNS[:11]
+    assert ars.STOPS == es_openai.STOPS == es_basic.STOPS
 
 
 # ---------------------------------------------------------------- a run directory of another script

@@ -7,8 +7,9 @@ with 2 workers, and with 1 worker over a bare env.step loop timed in the same re
 
 Each repetition runs, one after the other: a bare loop (env.step with actions drawn beforehand,
 10 episodes of the environment's seeds 0-9), the first script with 1 worker, the second with 1,
-the first with 2, the second with 2 (ars.py: 10 iterations of N = b = 8 directions; es_openai.py:
-6 generations of 40 episodes, a table of 10 million numbers; no evaluation).
+the first with 2, the second with 2; every other repetition runs the second script first (ars.py:
+10 iterations of N = b = 8 directions; es_openai.py: 6 generations of 40 episodes, a table of 10
+million numbers; no evaluation).
 A run's rate is the median of the steps_per_s column (the training part of an iteration)
 over iterations 2 and later; its whole-process time, the seconds from start to exit (imports,
 environments, the noise table, the workers' start and stop included). Prints each repetition,
@@ -133,8 +134,11 @@ def main():
     walls = {(who, w): [] for who in ("old", "new") for w in (1, 2)}
     for k in range(a.repeats):
         rates["bare", 1].append(bare_rate(a.env))
+        order = (("old", a.old), ("new", a.new))
+        if k % 2:  # every other repetition the new script first: the order favours neither
+            order = order[::-1]
         for w in (1, 2):
-            for who, script in (("old", a.old), ("new", a.new)):
+            for who, script in order:
                 steps_per_s, seconds = rate(script, a.env, w)
                 rates[who, w].append(steps_per_s)
                 walls[who, w].append(seconds)
