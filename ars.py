@@ -479,6 +479,8 @@ class Run:
     def __init__(self, args):
         self.args = args
         self.ev = np.nan  # the last evaluation's mean, shown until the next one
+        variant = f"V{args.version}-t" if args.top_b < args.n_directions else f"V{args.version}"
+        self.title = f"ARS {variant} on {args.env}"  # of progress.png
         p, n = args.dims
         stats = (0, np.zeros(n), np.zeros(n))  # (count, mean, m2) of no state yet
         self.state = dict(M=np.zeros((p, n)), iteration=0, episodes=0, env_steps=0, stats=stats)
@@ -521,15 +523,14 @@ class Run:
             ev = np.array([np.nan])
         else:
             self.ev = ev.mean()
-        if confirm is None:
-            confirm = np.array([np.nan])
         row = dict(iteration=it, episodes=state["episodes"], env_steps=state["env_steps"])
         row.update(wall_time_s=round(state["wall_time"], 2), steps_per_s=round(speed, 1))
         row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
         row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
         row.update(sigma_R=info["sigma_R"], step_norm=info["step_norm"])
         row.update(M_norm=np.linalg.norm(state["M"]), mean_length=L.mean())
-        row.update(obs_count=state["stats"][0], confirm_return_mean=confirm.mean())
+        confirmed = np.nan if confirm is None else confirm.mean()
+        row.update(obs_count=state["stats"][0], confirm_return_mean=confirmed)
         self.csv.writerow(row)
         self.file.flush()
         eta = (a.iterations - it) * state["wall_time"] / it / 60
@@ -541,8 +542,7 @@ class Run:
         )
         if it % a.save_every == 0 or not np.isnan(ev).all():
             save_checkpoint(self.dir, state, a.env)
-            variant = f"V{a.version}-t" if a.top_b < a.n_directions else f"V{a.version}"
-            plot(self.dir, f"ARS {variant} on {a.env}")
+            plot(self.dir, self.title)
         if a.video_every and it % a.video_every == 0:
             write_gif(a, state, os.path.join(self.dir, "video", f"iter_{it:06d}.gif"), it)
 
@@ -555,7 +555,7 @@ class Run:
         best = np.nan
         at = 0
         if state["iteration"]:  # the plot gives the best evaluation
-            best, at = plot(self.dir, f"ARS on {a.env}")
+            best, at = plot(self.dir, self.title)
         done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"
         if status == "target":
             message = f"target {a.target_return} reached at iteration {done}"
@@ -700,10 +700,9 @@ def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXX
     mu, inv_sigma = normalizer(state["stats"], args.version)
     params = (10**6, state["M"], mu, inv_sigma, 0.0)  # evaluation seeds no run uses
     R = np.array([job(args, params, "eval", i)[0] for i in range(episodes)])
-    print(
-        f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {episodes} episodes "
-        f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {state['iteration']}"
-    )
+    mean = f"mean return {R.mean():.1f} +- {R.std():.1f} over {episodes} episodes"
+    spread = f"(min {R.min():.1f}, max {R.max():.1f})"
+    print(f"{args.env}: {mean} {spread}, policy of iteration {state['iteration']}")
     return R
 
 

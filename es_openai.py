@@ -354,13 +354,11 @@ def rollouts(
             obs[i] = ob
             if kept[i] is not None:  # the states acted on; the terminal one is not
                 kept[i].append(ob)
-    sums = []
-    for observed in kept:
-        if observed is None:
-            sums.append(None)
-        else:
+    sums = [None] * B
+    for i, observed in enumerate(kept):
+        if observed is not None:
             x = np.asarray(observed, np.float64)
-            sums.append((x.sum(axis=0), np.square(x).sum(axis=0)))
+            sums[i] = (x.sum(axis=0), np.square(x).sum(axis=0))
     return list(zip(total, signs, steps, sums)), t_policy, t_env
 
 
@@ -376,7 +374,7 @@ def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
     theta = task["theta"]
     signs = (1.0, -1.0) if args.mirror else (1.0,)
     out = {}
-    pairs = []
+    perturbed = []  # the jobs of theta +- sigma eps_i (or theta + sigma eps_i)
     for i, (kind, t, k) in enumerate(jobs):  # the job's stream decides, in this order:
         t0 = time.perf_counter()
         rng = stream(args.seed, TRAIN if kind == "train" else EVAL, t, k)
@@ -396,19 +394,18 @@ def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
         t2 = time.perf_counter()  # then the action noise, in rollouts
         times = dict(noise=t1 - t0, set_params=t2 - t1, mutation=t2 - t0)
         job = dict(i=i, idx=idx, keep=keep, thetas=thetas, env_seed=env_seed, rng=rng, times=times)
-        if args.mirror:
-            pairs.append(job)  # stepped below, with the other pairs of this message
-            continue
-        episodes = rollouts(envs, policy(thetas), [env_seed], [rng], args.ac_noise_std, [keep])
-        out.update(result([job], *episodes, time.perf_counter() - t2))
-    if pairs:
+        perturbed.append(job)
+    batches = [[job] for job in perturbed]  # without mirroring, each episode alone (B = 1)
+    if args.mirror and perturbed:  # the pairs of this message, stepped together
+        batches = [perturbed]
+    for batch in batches:
         t0 = time.perf_counter()
-        thetas = [member for job in pairs for member in job["thetas"]]  # theta +, theta -, ...
-        env_seeds = [job["env_seed"] for job in pairs]
-        rngs = [job["rng"] for job in pairs]
-        keep = [job["keep"] for job in pairs]
+        thetas = [member for job in batch for member in job["thetas"]]  # theta +, theta -, ...
+        env_seeds = [job["env_seed"] for job in batch]
+        rngs = [job["rng"] for job in batch]
+        keep = [job["keep"] for job in batch]
         episodes = rollouts(envs, policy(thetas), env_seeds, rngs, args.ac_noise_std, keep)
-        out.update(result(pairs, *episodes, time.perf_counter() - t0))
+        out.update(result(batch, *episodes, time.perf_counter() - t0))
     return [(k, out[i]) for i, (_, _, k) in enumerate(jobs)]
 
 
@@ -419,17 +416,14 @@ def result(jobs: list, episodes: list, t_policy: float, t_env: float, seconds: f
     steps = sum(episode[2] for episode in episodes)
     out = {}
     for j, job in enumerate(jobs):
-        mine = episodes[per * j : per * j + per]  # (return, sign return, length, sums)
+        returns, sign_returns, lengths, sums = zip(*episodes[per * j : per * j + per])
         ob_sum = None
         ob_sumsq = None
         if job["keep"]:
-            ob_sum = sum(episode[3][0] for episode in mine)
-            ob_sumsq = sum(episode[3][1] for episode in mine)
+            ob_sum = sum(s[0] for s in sums)
+            ob_sumsq = sum(s[1] for s in sums)
         times = dict(job["times"], mutation=job["times"]["mutation"] + seconds / len(jobs))
         times.update(policy_us=1e6 * t_policy / steps, env_us=1e6 * t_env / steps)
-        returns = [episode[0] for episode in mine]
-        sign_returns = [episode[1] for episode in mine]
-        lengths = [episode[2] for episode in mine]
         pair = dict(kind="pair", idx=job["idx"], returns=returns, lengths=lengths, times=times)
         out[job["i"]] = dict(pair, sign_returns=sign_returns, ob_sum=ob_sum, ob_sumsq=ob_sumsq)
     return out
@@ -1036,14 +1030,11 @@ def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpo
     d = n_params(args.sizes)
     fits = c["theta"].shape == c["opt_m"].shape == c["opt_v"].shape == (d,)
     check(fits, f"the checkpoint '{path}' holds theta, opt_m or opt_v not of the policy's {d}")
-    state = {}
-    for key in STATE:
-        if key in ("theta", "opt_m", "opt_v"):
-            state[key] = c[key].astype(np.float32)
-        elif key in ("ob_sum", "ob_sumsq"):
-            state[key] = c[key]
-        else:
-            state[key] = c[key].item()
+    state = {key: c[key] for key in STATE}  # ob_sum and ob_sumsq as saved
+    for key in ("theta", "opt_m", "opt_v"):
+        state[key] = c[key].astype(np.float32)
+    for key in ("opt_t", "ob_count", "iteration", "episodes", "env_steps", "wall_time"):
+        state[key] = c[key].item()
     return state
 
 
@@ -1119,37 +1110,31 @@ def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
 
 
 def write_gif(args, state: dict, path: str) -> str:
-    """Evaluation episode 0 of --play as a GIF of every second frame."""
+    """--play's evaluation episode 0, the job ("eval", 10**6, 0), as a GIF of every second frame."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
     os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
-    task = task_of(state, args)
-    ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
-    policy = Policy([task["theta"]], args.sizes, args.activation, args.act, args.ac_bins, *ob)
     env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
-    rollouts([env], policy, [int(stream(args.seed, EVAL, 10**6, 0).integers(2**31))])
+    run_jobs([env], args, None, task_of(state, args), [("eval", 10**6, 0)])  # no noise table
     save_gif(env.render()[::2], path)  # the frames RenderCollection kept, one a step
     return path
 
 
-def snapshots(path: str, run_dir: str, latest: bool) -> list:  # the checkpoint files to play
-    if path.endswith(".npz"):
-        return [path]
-    if latest:
-        return [os.path.join(run_dir, "checkpoints", "latest.npz")]
-    return sorted(glob.glob(os.path.join(glob.escape(run_dir), "checkpoints", "iter_*.npz")))
-
-
 def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN_DIR
     path = args.evaluate_snapshots if args.play is None else args.play
-    run_dir = os.path.abspath(os.path.join(path, "../..")) if path.endswith(".npz") else path
-    saved = ("env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length")
-    for key, value in read_config(run_dir).items():  # the run's own policy options
-        if key in saved:
-            setattr(args, key, value)
+    run_dir = path
+    if path.endswith(".npz"):  # one snapshot file, in RUN_DIR/checkpoints
+        run_dir = os.path.abspath(os.path.join(path, "../.."))
+        names = [path]
+    elif args.play is not None:
+        names = [os.path.join(run_dir, "checkpoints", "latest.npz")]
+    else:
+        names = sorted(glob.glob(os.path.join(glob.escape(run_dir), "checkpoints", "iter_*.npz")))
+    config = read_config(run_dir)  # the run's own policy options
+    for key in ("env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length"):
+        setattr(args, key, config[key])
     args.ac_noise_std = 0.0
     args.episodes = args.episodes or 10
     configure(args)
-    names = snapshots(path, run_dir, latest=args.play is not None)
     check(names, f"'{run_dir}' has no snapshots (checkpoints/iter_*.npz)")
     states = [load_checkpoint(name, args) for name in names]
     if args.video:
