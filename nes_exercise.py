@@ -139,15 +139,7 @@ def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple
 
 # ---- Part 5: the training loop ----
 def train(
-    env_name: str,
-    executor,
-    iterations: int,
-    n_pairs: int,
-    sigma: float,
-    alpha: float,
-    seed: int = 0,
-    hidden: int = 16,
-    log=print,
+    env_name, executor, iterations, n_pairs, sigma, alpha, seed=0, hidden=16, target=None, log=print
 ) -> dict:
     """Return the trained mean policy. Start from initial_policy (env = gym.make(env_name) gives
     obs_dim = env.observation_space.shape[0] and n_out = n_outputs(env.action_space)). At each
@@ -158,7 +150,8 @@ def train(
       3. rank all 2 n returns together with centered_ranks (Eq. 4), then split the ranks back into
          F_plus (the first n) and F_minus, each in the order of the seeds the results carry;
       4. mu = update_mean_policy(mu, seeds, F_plus, F_minus, sigma, alpha);
-      5. log(...) one line with the iteration and the mean of the 2 n returns."""
+      5. log(...) one line with the iteration and the mean of the 2 n returns;
+      6. stop there, returning mu, if target is not None and that mean is at least target."""
     # YOUR CODE HERE (part 5)
     raise NotImplementedError("Part 5: write the training loop (steps 1-5 in the docstring)")
     # END OF YOUR CODE
@@ -186,9 +179,9 @@ class RayExecutor:
         self.ray, self.remote = ray, {}
 
     def submit(self, fn, *args):
-        if fn not in self.remote:  # a function of an imported file goes to the workers by value
-            if fn.__module__ != "__main__":
-                self.ray.cloudpickle.register_pickle_by_value(sys.modules[fn.__module__])
+        if fn not in self.remote:  # the functions of imported files go to the workers by value
+            for name in {fn.__module__, __name__} - {"__main__"}:
+                self.ray.cloudpickle.register_pickle_by_value(sys.modules[name])
             self.remote[fn] = self.ray.remote(max_retries=3)(fn)
         return self.remote[fn].remote(*args).future()
 
@@ -232,19 +225,26 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def main(argv=None):
+def build_parser() -> Parser:
     description = "NES class exercise: complete the parts, --check them, then train."
     p = Parser(prog="nes_exercise.py", description=description)
-    p.add_argument("--check", action="store_true", help="check the parts, say what to do next")
-    p.add_argument("--env", default="CartPole-v1", help="gymnasium environment id")
-    p.add_argument("--iterations", type=positive(int), default=50, help="updates of the mean")
-    p.add_argument("--pairs", type=positive(int), default=25, help="n, mirrored pairs an iteration")
-    p.add_argument("--sigma", type=positive(float), default=0.1, help="σ, std of the noise")
-    p.add_argument("--alpha", type=positive(float), default=0.05, help="α, step size")
-    p.add_argument("--seed", type=positive(int, zero=True), default=0, help="seeds the pairs")
-    p.add_argument("--workers", type=positive(int), default=os.cpu_count(), help="worker processes")
-    p.add_argument("--ray", action="store_true", help="evaluate the pairs on Ray (pip install ray)")
-    p.add_argument("--ray-address", help="with --ray: an existing cluster, e.g. 127.0.0.1:6379")
+    a = p.add_argument
+    a("--check", action="store_true", help="check the parts, say what to do next")
+    a("--env", default="CartPole-v1", help="gymnasium environment id (default CartPole-v1)")
+    a("--iterations", type=positive(int), default=100, help="updates of the mean, at most (100)")
+    a("--pairs", type=positive(int), default=20, help="n, mirrored pairs an iteration (20)")
+    a("--sigma", type=positive(float), default=0.1, help="σ, std of the noise (0.1)")
+    a("--alpha", type=positive(float), default=0.1, help="α, step size (0.1)")
+    a("--target-return", type=float, default=475.0, help="stop at this mean return (475)")
+    a("--seed", type=positive(int, zero=True), default=0, help="seeds the pairs (0)")
+    a("--workers", type=positive(int), default=os.cpu_count(), help="processes (all cores)")
+    a("--ray", action="store_true", help="evaluate the pairs on Ray (pip install ray)")
+    a("--ray-address", help="with --ray: an existing cluster, e.g. 127.0.0.1:6379")
+    return p
+
+
+def main(argv=None):
+    p = build_parser()
     args = p.parse_args(argv)
     me = sys.modules[__name__]
     if args.check:
@@ -263,15 +263,14 @@ def main(argv=None):
     else:
         executor = ProcessPoolExecutor(args.workers, initializer=init_worker)
     t0 = time.time()
-    mu = train(args.env, executor, args.iterations, args.pairs, args.sigma, args.alpha, args.seed)
+    hyper = dict(iterations=args.iterations, n_pairs=args.pairs, sigma=args.sigma, alpha=args.alpha)
+    mu = train(args.env, executor, **hyper, seed=args.seed, target=args.target_return)
     executor.shutdown()
     if not all(np.isfinite(mu[k]).all() for k in KEYS):
         p.exit(1, "nes_exercise.py: error: the mean became NaN or inf: alpha / sigma too large\n")
     returns = evaluate_mean(mu, args.env, 100)
-    print(
-        f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes "
-        f"({time.time() - t0:.0f} s)"
-    )
+    took = f"({time.time() - t0:.0f} s)"
+    print(f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes {took}")
     return mu, returns
 
 

@@ -32,6 +32,13 @@ def same(a, b) -> bool:
     )
 
 
+def shares_arrays(a, b) -> bool:
+    """Whether two policies hold one array in common (a dict copy keeps its values' arrays)."""
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return False
+    return any(k in a and np.shares_memory(np.asarray(a[k]), np.asarray(b[k])) for k in b)
+
+
 def tiny_policy(ex) -> dict:
     rng = np.random.default_rng(7)
     return {k: rng.normal(size=s) for k, s in ex.policy_shapes(4, 2, 3).items()}
@@ -77,29 +84,45 @@ if "NesCheck-v0" not in gym.registry:
 
 
 def part1(ex):
-    mu = ex.initial_policy(4, 2, 16)
-    if not isinstance(mu, dict) or set(mu) != set(ex.KEYS):
-        raise Wrong(
-            f"return a dict with the keys {ex.KEYS}, got {type(mu).__name__}"
-            f"{' with ' + str(sorted(mu)) if isinstance(mu, dict) else ''}"
-        )
-    for k, shape in ex.policy_shapes(4, 2, 16).items():
-        if np.shape(mu[k]) != shape:
-            raise Wrong(
-                f"{k} has shape {np.shape(mu[k])}, not {shape}: "
-                "use policy_shapes(obs_dim, n_out, hidden)"
-            )
-        if np.any(np.asarray(mu[k]) != 0):
-            raise Wrong(f"{k} is not all zeros")
-        if np.asarray(mu[k]).dtype.kind != "f":
-            raise Wrong(
-                f"{k} holds {np.asarray(mu[k]).dtype} zeros: make float zeros, np.zeros(shape) "
-                "(integer arrays cannot take the fractional steps of Part 3)"
-            )
+    for sizes in ((4, 2, 16), (3, 1, 5), (6, 3, 8)):  # CartPole's first: the default hidden
+        mu = ex.initial_policy(*sizes)
+        if not isinstance(mu, dict) or set(mu) != set(ex.KEYS):
+            got = type(mu).__name__
+            if isinstance(mu, dict):
+                got += f" with {sorted(mu)}"
+            raise Wrong(f"return a dict with the keys {ex.KEYS}, got {got}")
+        shapes = {k: np.shape(mu[k]) for k in ex.KEYS}
+        if shapes != ex.policy_shapes(*sizes):
+            raise Wrong(f"initial_policy{sizes}: {wrong_sizes(ex, sizes, shapes)}")
+        for k in ex.KEYS:
+            if np.any(np.asarray(mu[k]) != 0):
+                raise Wrong(f"{k} is not all zeros")
+            if np.asarray(mu[k]).dtype.kind != "f":
+                raise Wrong(
+                    f"{k} holds {np.asarray(mu[k]).dtype} zeros: make float zeros, np.zeros(shape)"
+                    " (integer arrays cannot take the fractional steps of Part 3)"
+                )
+
+
+def wrong_sizes(ex, sizes: tuple, shapes: dict) -> str:
+    """Which argument of initial_policy(obs_dim, n_out, hidden) the shapes ignore, if one."""
+    obs_dim, n_out, hidden = sizes
+    got = ", ".join(f"{k} {shapes[k]}" for k in ex.KEYS)
+    ignored = {
+        "hidden": (obs_dim, n_out, 16),
+        "obs_dim": (4, n_out, hidden),
+        "n_out": (obs_dim, 2, hidden),
+    }
+    for name, other in ignored.items():
+        if other != sizes and shapes == ex.policy_shapes(*other):
+            return f"the shapes ({got}) ignore its {name} argument"
+    return f"the shapes ({got}) are not those of policy_shapes(obs_dim, n_out, hidden)"
 
 
 def part2(ex):
-    mu, sigma, seed = tiny_policy(ex), 0.1, 3
+    mu = tiny_policy(ex)
+    sigma = 0.1
+    seed = 3
     before = copy(mu)
     pair = ex.mirrored_pair(mu, seed, sigma)
     if not same(mu, before):
@@ -110,7 +133,8 @@ def part2(ex):
     if not (isinstance(pair, tuple) and len(pair) == 2):
         raise Wrong("return a tuple (plus, minus) of two dicts")
     plus, minus = pair
-    eps, other = ex.sample_noise(mu, seed), ex.sample_noise(mu, seed + 1)
+    eps = ex.sample_noise(mu, seed)
+    other = ex.sample_noise(mu, seed + 1)
     want = [{k: mu[k] + s * sigma * eps[k] for k in mu} for s in (1, -1)]
     named = [
         (
@@ -139,6 +163,14 @@ def part2(ex):
     for (p, m), message in named:
         if same(plus, p) and (m is None or same(minus, m)):
             raise Wrong(message)
+    for name, member in (("plus", plus), ("minus", minus)):
+        if shares_arrays(member, mu):
+            raise Wrong(
+                f"{name} holds the very arrays of the policy it was given: dict(policy) copies the "
+                "dict, not its arrays, so a change to one changes the other"
+            )
+    if shares_arrays(plus, minus):
+        raise Wrong("plus and minus hold the same arrays: a change to one changes the other")
     if not same(plus, want[0]):
         raise Wrong("plus should be mu + sigma * eps with eps = sample_noise(policy, seed)")
     if not same(minus, want[1]):
@@ -146,9 +178,14 @@ def part2(ex):
 
 
 def part3(ex):
-    mu, sigma, alpha = tiny_policy(ex), 0.1, 0.05
-    seeds, Fp, Fm = [11, 12, 13], np.array([0.5, -0.25, 0.1]), np.array([-0.3, 0.25, 0.0])
-    n, d = len(seeds), Fp - Fm
+    mu = tiny_policy(ex)
+    sigma = 0.1
+    alpha = 0.05
+    seeds = [11, 12, 13]
+    Fp = np.array([0.5, -0.25, 0.1])
+    Fm = np.array([-0.3, 0.25, 0.0])
+    n = len(seeds)
+    d = Fp - Fm
     before = copy(mu)
     new = ex.update_mean_policy(mu, list(seeds), Fp.copy(), Fm.copy(), sigma, alpha)
     if not same(mu, before):
@@ -217,6 +254,12 @@ def part3(ex):
     for scale, w, s, message in named:
         if same(new, shifted(ex, mu, s, w, scale)):
             raise Wrong(message)
+    for i in range(n):  # a loop that replaces the sum with each pair's term keeps the last
+        if same(new, shifted(ex, mu, seeds[i : i + 1], d[i : i + 1], right)):
+            raise Wrong(
+                f"the new mean holds pair {i}'s term only: the loop replaces the sum with each "
+                "pair's term instead of adding every term to it"
+            )
     for drop in (0, n - 1):
         keep = [i for i in range(n) if i != drop]
         for m in (n, n - 1):
@@ -231,7 +274,10 @@ def part3(ex):
 
 
 def part4(ex):
-    mu, sigma, seed, env = tiny_policy(ex), 0.5, 5, "NesCheck-v0"
+    mu = tiny_policy(ex)
+    sigma = 0.5
+    seed = 5
+    env = "NesCheck-v0"
     out = ex.evaluate_pair(mu, seed, sigma, env)
     if not (isinstance(out, tuple) and len(out) == 3):
         raise Wrong("return a tuple (seed, return_plus, return_minus)")
@@ -312,11 +358,17 @@ class Recorder:
 
 
 def part5(ex):
-    T, n, sigma, alpha, seed, env = 3, 5, 0.1, 0.2, 4, "NesCheck-v0"
-    mu, expected = (
-        ex.initial_policy(4, 2, 3),
-        [],
-    )  # the run as it should go, with the parts 1-4 checked above
+    T = 3  # iterations
+    n = 5  # pairs
+    sigma = 0.1
+    alpha = 0.2
+    seed = 4
+    env = "NesCheck-v0"
+    # The run as it should go: mu_0 the checker's own (of the dtype of the student's), then the
+    # parts 2-4 checked above.
+    dtypes = {k: np.asarray(v).dtype for k, v in ex.initial_policy(4, 2, 3).items()}
+    mu = {k: np.zeros(shape, dtypes[k]) for k, shape in ex.policy_shapes(4, 2, 3).items()}
+    expected = []
     for t in range(T):
         seeds = ex.pair_seeds(seed, t, n)
         results = [ex.evaluate_pair(mu, s, sigma, env) for s in seeds]
@@ -325,7 +377,10 @@ def part5(ex):
         expected.append(dict(mu=mu, seeds=seeds, R=R, F=F))
         mu = ex.update_mean_policy(mu, seeds, F[:n], F[n:], sigma, alpha)
     scope = ex.train.__globals__  # where train looks up update_mean_policy: recorded there
-    updates, lines, recorder, real = [], [], Recorder(), scope["update_mean_policy"]
+    real = scope["update_mean_policy"]
+    updates = []  # each call of update_mean_policy, recorded
+    lines = []  # each log line
+    recorder = Recorder()
 
     def update(policy, seeds, F_plus, F_minus, s, a):
         updates.append(
@@ -377,9 +432,8 @@ def part5(ex):
             f"one per pair, {T * n}"
         )
     done = 0
-    for (
-        e
-    ) in recorder.events:  # every pair of an iteration submitted before the first result is asked
+    # Every pair of an iteration is submitted before the first result is asked for.
+    for e in recorder.events:
         if e[0] == "submit":
             done += 1
         elif done % n:
@@ -393,9 +447,7 @@ def part5(ex):
             f"update_mean_policy was called {len(updates)} times in {T} iterations: "
             "once per iteration"
         )
-    for t, want in enumerate(
-        expected
-    ):  # iteration by iteration: what it evaluates, then its update
+    for t, want in enumerate(expected):  # iteration by iteration: what it evaluates, its update
         check_submits(
             ex,
             t,
@@ -414,9 +466,7 @@ def part5(ex):
             + (" with log(...), train's argument (not print)" if not lines else "")
         )
     numbers = [[float(x) for x in re.findall(r"-?\d+\.?\d*(?:e-?\d+)?", line)] for line in lines]
-    fitness = all(
-        0 in line for line in numbers[1:]
-    )  # the iteration number may be 0 on the first line
+    fitness = all(0 in line for line in numbers[1:])  # the first line's iteration number is 0
     for t, (want, line) in enumerate(zip(expected, lines)):
         if not any(
             abs(x - want["R"].mean()) <= 0.51 + 1e-3 * abs(want["R"].mean()) for x in numbers[t]
@@ -428,6 +478,39 @@ def part5(ex):
             )
     if not same(final, mu):
         raise Wrong("train should return the mean policy after the last update")
+    check_stop(ex, expected, mu, T, n, sigma, alpha, seed, env)
+
+
+def check_stop(ex, expected, final, T, n, sigma, alpha, seed, env):
+    """Step 6: with a target halfway between the mean returns of iterations 0 and 1, train stops
+    after logging the first that reaches it, returning the mean that iteration's update made."""
+    first = expected[0]["R"].mean()
+    second = expected[1]["R"].mean()
+    target = (first + second) / 2
+    stop = 0 if first >= target else 1  # the iteration that reaches it
+    after = [want["mu"] for want in expected[1:]] + [final]  # the mean after each iteration
+    lines = []
+    recorder = Recorder()
+    kw = dict(iterations=T, n_pairs=n, sigma=sigma, alpha=alpha, seed=seed, hidden=3)
+    got = ex.train(env, recorder, **kw, target=target, log=lambda *a, **_: lines.append(a))
+    submitted = sum(e[0] == "submit" for e in recorder.events) // n  # iterations begun
+    if submitted > stop + 1:
+        raise Wrong(
+            f"train goes on after iteration {stop}, whose mean return reached target: step 6 "
+            "stops there"
+        )
+    if submitted < stop + 1:
+        raise Wrong(
+            f"train stops at iteration {submitted - 1}, before the mean return reached target"
+        )
+    if len(lines) != stop + 1:
+        raise Wrong("train stops before it logs the iteration that reached target")
+    if same(got, expected[stop]["mu"]):
+        raise Wrong(
+            "train returns the mean from before the update of the iteration that reached target"
+        )
+    if not same(got, after[stop]):
+        raise Wrong("train should return the mean updated by the iteration that reached target")
 
 
 def check_submits(ex, t, n, want, calls, submits, seed, sigma, env):
@@ -571,8 +654,8 @@ def check(ex, out=print) -> bool:
                 else f"Next: fix {part[1]} in {name}, then run --check again."
             )
             return False
-    script = (
-        os.path.relpath(sys.argv[0]) if sys.argv[0].endswith(".py") else name
-    )  # or the teacher's copy
+    script = name
+    if sys.argv[0].endswith(".py"):  # the student's file, or the teacher's copy
+        script = os.path.relpath(sys.argv[0])
     out(f"All five parts pass. Train with: python {script}")
     return True

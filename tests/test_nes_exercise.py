@@ -125,7 +125,40 @@ WRONG = [
                 ("policy_shapes(obs_dim, n_out, hidden)", "policy_shapes(n_out, obs_dim, hidden)")
             ]
         },
-        "use policy_shapes",
+        "not those of policy_shapes",
+    ),
+    (
+        1,
+        {"initial_policy": [("n_out, hidden).items()", "n_out).items()")]},
+        "ignore its hidden argument",
+    ),
+    (
+        1,
+        {
+            "initial_policy": [
+                ("policy_shapes(obs_dim, n_out, hidden)", "policy_shapes(4, n_out, hidden)")
+            ]
+        },
+        "ignore its obs_dim argument",
+    ),
+    (
+        2,
+        {
+            "mirrored_pair": [
+                (
+                    "plus = {k: policy[k] + sigma * eps[k] for k in KEYS}\n"
+                    "    minus = {k: policy[k] - sigma * eps[k] for k in KEYS}\n",
+                    "plus = dict(policy)\n    minus = dict(policy)\n    for k in KEYS:\n"
+                    "        plus[k] += sigma * eps[k]\n        minus[k] -= sigma * eps[k]\n",
+                )
+            ]
+        },
+        "the very arrays of the policy",
+    ),
+    (
+        3,
+        {"update_mean_policy": [("new[k] += alpha", "new[k] = policy[k] + alpha")]},
+        "pair 2's term only",
     ),
     (
         2,
@@ -509,6 +542,42 @@ WRONG = [
         {"train": [("    return mu", "    return initial_policy(4, 2, hidden)")]},
         "return the mean policy after",
     ),
+    (
+        5,
+        {
+            "train": [
+                ("        if target is not None and R.mean() >= target:\n            break\n", "")
+            ]
+        },
+        "train goes on after iteration 1",
+    ),
+    (5, {"train": [("R.mean() >= target", "F.mean() >= target")]}, "before the mean return"),
+    (
+        5,
+        {
+            "train": [
+                (
+                    "mu = update_mean_policy(",
+                    "mu = mu if target is not None and R.mean() >= target else update_mean_policy(",
+                )
+            ]
+        },
+        "from before the update",
+    ),
+    (
+        5,
+        {
+            "train": [
+                ('        log(f"iteration {iteration:3d}: mean return {R.mean():8.2f}")\n', ""),
+                (
+                    "            break\n",
+                    "            break\n"
+                    '        log(f"iteration {iteration:3d}: mean return {R.mean():8.2f}")\n',
+                ),
+            ]
+        },
+        "stops before it logs",
+    ),
 ]
 
 
@@ -562,18 +631,13 @@ def test_a_students_exception_shows_the_students_line():
     assert "sample_noise(policy, seed)['W3']" in message and "nes_checker" not in message
 
 
-def test_the_solution_solves_cartpole_in_parallel_within_a_small_budget():
+def test_the_solution_solves_cartpole_in_parallel_with_the_defaults():
     ex = solved()
+    d = ex.build_parser().parse_args([])  # the handout's defaults
+    hyper = dict(iterations=d.iterations, n_pairs=d.pairs, sigma=d.sigma, alpha=d.alpha)
     with ProcessPoolExecutor(2) as executor:
         mu = ex.train(
-            "CartPole-v1",
-            executor,
-            iterations=50,
-            n_pairs=25,
-            sigma=0.1,
-            alpha=0.05,
-            seed=0,
-            log=lambda line: None,
+            "CartPole-v1", executor, **hyper, target=d.target_return, log=lambda line: None
         )
     assert ex.evaluate_mean(mu, "CartPole-v1", 100).mean() >= 475
 

@@ -269,6 +269,22 @@ def test_the_exercise_gives_the_same_policy_on_ray_and_on_local_processes(cluste
 
 
 @NEEDS_RAY
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")),
+    reason="the teacher's copy is not in this checkout",
+)
+def test_the_teachers_solution_runs_on_ray_from_another_folder(cluster, tmp_path):
+    """Its functions go to the Ray workers by value, and so do nes_exercise's they call: the
+    workers need not find either file."""
+    solution = os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")
+    argv = [solution, "--ray-address", cluster.address, "--iterations", "2", "--pairs", "2"]
+    out = subprocess.run(
+        [sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and "mean policy:" in out.stdout, out.stderr[-2000:]
+
+
+@NEEDS_RAY
 @pytest.mark.parametrize(
     "script, extra",
     [("ars.py", []), ("es_openai.py", ["--noise-size", "100000", "--population", "8"])],

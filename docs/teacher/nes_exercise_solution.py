@@ -54,15 +54,7 @@ def evaluate_pair(policy: dict, seed: int, sigma: float, env_name: str) -> tuple
 
 
 def train(
-    env_name: str,
-    executor,
-    iterations: int,
-    n_pairs: int,
-    sigma: float,
-    alpha: float,
-    seed: int = 0,
-    hidden: int = 16,
-    log=print,
+    env_name, executor, iterations, n_pairs, sigma, alpha, seed=0, hidden=16, target=None, log=print
 ) -> dict:
     env = gym.make(env_name)
     mu = initial_policy(env.observation_space.shape[0], n_outputs(env.action_space), hidden)
@@ -75,6 +67,8 @@ def train(
         F = centered_ranks(R)  # all 2 n returns ranked together (Eq. 4)
         mu = update_mean_policy(mu, seeds, F[:n_pairs], F[n_pairs:], sigma, alpha)
         log(f"iteration {iteration:3d}: mean return {R.mean():8.2f}")
+        if target is not None and R.mean() >= target:
+            break
     return mu
 
 
