@@ -11,7 +11,6 @@ import collections
 import contextlib
 import csv
 import ctypes
-import datetime
 import functools
 import json
 import math
@@ -493,8 +492,7 @@ class Run:
                 rows = list(csv.DictReader(f))
             rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
         else:
-            now = datetime.datetime.now()
-            name = f"{args.env}__ars__{args.seed}__{now:%Y%m%d-%H%M%S}"
+            name = f"{args.env}__ars__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
             self.dir = os.path.join(args.out_dir, name)
         try:
             os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))

@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import csv
 import ctypes
-import datetime
 import functools
 import json
 import math
@@ -69,8 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- the math (docs/es_basic.md, Eqs. 1-6) ----
-# The first word of a random stream's name: what its numbers are for.
-NOISE = 0
+NOISE = 0  # the first word of a random stream's name: what its numbers are for
 ENV = 1
 EVAL = 2
 
@@ -161,9 +159,8 @@ def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
     pair on one environment seed, so that its two returns differ by the noise alone."""
     i = j // 2 if args.mirror else j
     sign = -1.0 if args.mirror and j % 2 else 1.0
-    eps = sample_eps(args.seed, t, i, theta.size)
-    env_seeds = stream(args.seed, ENV, t, i)
-    return rollout(env_of(args.env), theta + sign * args.sigma * eps, args, env_seeds)
+    theta_j = theta + sign * args.sigma * sample_eps(args.seed, t, i, theta.size)
+    return rollout(env_of(args.env), theta_j, args, stream(args.seed, ENV, t, i))
 
 
 def eval_episode(args, theta: np.ndarray, t: int, k: int) -> tuple:
@@ -302,8 +299,7 @@ class Run:
     """The run directory, the progress line, and the workers (theta out, returns back)."""
 
     def __init__(self, args, theta):
-        now = datetime.datetime.now()
-        name = f"{args.env}__es_basic__{args.seed}__{now:%Y%m%d-%H%M%S}"
+        name = f"{args.env}__es_basic__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
         self.dir = os.path.join(args.out_dir, name)
         os.makedirs(self.dir)  # an OSError here: one line (main)
         write_config(self.dir, args, "es_basic.py")

@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import csv
 import ctypes
-import datetime
 import glob
 import json
 import math
@@ -904,8 +903,7 @@ class Run:
                 if row["eval_return_mean"] != "nan":
                     self.ev = float(row["eval_return_mean"])
         else:
-            now = datetime.datetime.now()
-            name = f"{args.env}__es_openai__{args.seed}__{now:%Y%m%d-%H%M%S}"
+            name = f"{args.env}__es_openai__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
             self.dir = os.path.join(args.out_dir, name)
         try:
             os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))

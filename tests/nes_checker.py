@@ -99,8 +99,8 @@ def part1(ex):
                 raise Wrong(f"{k} is not all zeros")
             if np.asarray(mu[k]).dtype.kind != "f":
                 raise Wrong(
-                    f"{k} holds {np.asarray(mu[k]).dtype} zeros: make float zeros, np.zeros(shape)"
-                    " (integer arrays cannot take the fractional steps of Part 3)"
+                    f"{k} holds {np.asarray(mu[k]).dtype} zeros, not float zeros: integer arrays "
+                    "cannot take the fractional steps of Part 3"
                 )
 
 
@@ -127,8 +127,8 @@ def part2(ex):
     pair = ex.mirrored_pair(mu, seed, sigma)
     if not same(mu, before):
         raise Wrong(
-            "mirrored_pair changed the arrays of the policy it was given (a dict copy shares its "
-            "arrays, so += edits them in place): build new arrays, e.g. policy[k] + sigma * eps[k]"
+            "mirrored_pair changed the arrays of the policy it was given: a dict copy shares its "
+            "arrays, so += on it edits them in place"
         )
     if not (isinstance(pair, tuple) and len(pair) == 2):
         raise Wrong("return a tuple (plus, minus) of two dicts")
@@ -584,15 +584,13 @@ def check_update(ex, t, n, want, got, sigma, alpha):
         )
     if np.allclose(d, ex.centered_ranks(R[:n]) - ex.centered_ranks(R[n:])):
         raise Wrong(
-            "the plus and minus returns are ranked separately: rank all 2 n together, "
-            "centered_ranks(np.concatenate([R_plus, R_minus])), then split"
+            "the plus and minus returns are ranked separately: step 3 ranks all 2 n together"
         )
     for split in ((F[n:], F[:n]), (F[::2], F[1::2]), (F[1::2], F[::2])):
         if np.allclose(d, split[0] - split[1]):
             raise Wrong(
-                "the ranked vector is split wrongly: "
-                "with F = centered_ranks(np.concatenate([R_plus, R_minus])), "
-                "F_plus = F[:n] and F_minus = F[n:]"
+                "the ranked vector is split wrongly: F_plus are the ranks of the plus returns, "
+                "F_minus those of the minus returns"
             )
     if np.allclose(sorted(d), sorted(by_seed.values())):
         raise Wrong(
