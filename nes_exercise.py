@@ -153,7 +153,7 @@ def train(
       5. log(...) one line with the iteration and the mean of the 2 n returns;
       6. stop there, returning mu, if target is not None and that mean is at least target."""
     # YOUR CODE HERE (part 5)
-    raise NotImplementedError("Part 5: write the training loop (steps 1-5 in the docstring)")
+    raise NotImplementedError("Part 5: write the training loop (steps 1-6 in the docstring)")
     # END OF YOUR CODE
 
 
