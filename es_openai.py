@@ -846,10 +846,20 @@ def write_config(run_dir: str, args, script: str):  # with everything the number
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             cpu = f.read()
-    versions = dict(numpy=np.__version__, gymnasium=gym.__version__)
-    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions)
+    processor = ""
+    for line in cpu.splitlines():
+        if line.startswith("model name"):
+            processor = line.split(":", 1)[1].strip()
+    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.split()]  # the bits depend on it
+    cores = os.cpu_count()
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this run may use
+        cores = len(os.sched_getaffinity(0))
+    machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
+    versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
+    versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
+    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions, **machine)
     with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(dict(config, avx512="avx512f" in cpu), f, default=str)
+        json.dump(config, f, default=str)
 
 
 # What a checkpoint holds, with the policy's shape.

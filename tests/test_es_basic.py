@@ -4,6 +4,7 @@ import contextlib
 import glob
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -353,6 +354,10 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     cfg = json.loads(Path(run_dir, "config.json").read_text())
     assert cfg["sigma"] == es.GENERIC["sigma"] and cfg["population"] == 6
     assert cfg["script"] == "es_basic.py" and cfg["numpy"] == np.__version__
+    # the machine the numbers came from: write_config is the same in every script (test_shared)
+    assert cfg["python"] == platform.python_version() and cfg["cores"] >= 1
+    assert cfg["processor"] or not os.path.exists("/proc/cpuinfo")
+    assert set(cfg["simd"]) <= {"avx2", "avx512f"} and cfg["avx512"] == ("avx512f" in cfg["simd"])
     with open(os.path.join(run_dir, "progress.csv")) as f:
         header = f.readline().strip().split(",")
     assert header[:11] == [

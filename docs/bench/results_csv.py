@@ -138,7 +138,7 @@ def row(run_dir: str, variant: str = None) -> dict:
         and cfg[k] is not None
         and str(cfg[k]).replace(" ", "").strip("[]") != norm(preset[k])
     ]
-    versions = cfg.get("versions", {})
+    versions = cfg.get("versions") or cfg  # the runs before 2026-11-27 kept these in "versions"
     simd = versions.get("simd") or (["avx512f"] if cfg.get("avx512") else [])
     target = cfg.get("target_return")
     evals = [
