@@ -88,12 +88,13 @@ def booby_trapped(marker: str):
     return trap
 
 
-def interrupt_at_line(train, n: int, after: int = 0, also=()):
+def interrupt_at_line(train, n: int, after: int = 0, also=(), from_line: str = "while state["):
     """A trace function that raises KeyboardInterrupt (what Ctrl-C and SIGTERM raise in the
     scripts) at the n-th line executed in the training loop of `train` (from its `while state[`
     line to its `except KeyboardInterrupt`) or in the functions `also` that the loop calls (the
-    log row, the checkpoint), counting from the loop's pass number after + 1: a signal can arrive
-    between any two lines. Returns the trace and a list that gets n if it fired."""
+    log row, the checkpoint), counting from the loop's pass number after + 1, and in that pass
+    from its first line that contains `from_line`: a signal can arrive between any two lines.
+    Returns the trace and a list that gets n if it fired."""
     import inspect
 
     source, first = inspect.getsourcelines(train)
@@ -104,11 +105,12 @@ def interrupt_at_line(train, n: int, after: int = 0, also=()):
         or "except KeyboardInterrupt" in line
         or "except (KeyboardInterrupt" in line
     ]
+    begin = [first + i for i, line in enumerate(source) if from_line in line][0]
     helpers = {f.__code__ for f in also}
-    count, passes, fired = [0], [0], []
+    count, passes, fired, opened = [0], [0], [], [False]
 
     def count_line():
-        if passes[0] > after:
+        if opened[0]:
             count[0] += 1
             if count[0] == n:
                 fired.append(n)
@@ -117,6 +119,8 @@ def interrupt_at_line(train, n: int, after: int = 0, also=()):
     def local(frame, event, arg):
         if event == "line" and loop[0] <= frame.f_lineno < loop[1]:
             passes[0] += frame.f_lineno == loop[0]
+            if passes[0] > after and frame.f_lineno == begin:
+                opened[0] = True
             count_line()
         return local
 
@@ -138,14 +142,14 @@ def interrupt_at_line(train, n: int, after: int = 0, also=()):
     return trace, fired
 
 
-def interrupted_runs(train, start, after: int = 0, also=()):
+def interrupted_runs(train, start, after: int = 0, also=(), from_line: str = "while state["):
     """(n, start(n)) for n = 1, 2, ...: start(n) runs a training interrupted at the n-th line of
     its loop or of the functions `also` (interrupt_at_line). Stops at the first n the run does not
     reach: every line was tried."""
     n = 0
     while True:
         n += 1
-        trace, fired = interrupt_at_line(train, n, after, also)
+        trace, fired = interrupt_at_line(train, n, after, also, from_line)
         sys.settrace(trace)
         try:
             result = start(n)

@@ -561,13 +561,13 @@ def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_
 def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, target):
     # Ctrl-C or SIGTERM can come between any two lines of a generation (the update, the evaluation,
     # the log row, the checkpoint); from each, --resume must give the same run. With a target
-    # (reached at generation 2), a stop after generation 2 is logged ends the run there.
-    kw = dict(
-        iterations=2,
-        eval_every=2,
-        save_every=2,
-        **({} if target is None else {"target_return": target}),
-    )
+    # (reached at generation 2), a stop from generation 2's log row on ends the run there (the
+    # lines before the log row are the first case's).
+    kw = dict(iterations=2, eval_every=2, save_every=2, episode_length=10)
+    from_line = "while state["
+    if target is not None:
+        kw.update(target_return=target)
+        from_line = "run.log("
     monkeypatch.setattr(eo, "plot", lambda *a: (np.nan, 0))  # fast: many runs, each resumed
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
@@ -581,6 +581,7 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
         lambda n: run(tmp_path / f"at{n}", **kw),
         after=1,
         also=(eo.Run.log, eo.save_checkpoint, eo.evaluate, eo.es_generation),
+        from_line=from_line,
     ):
         if half["status"] == "interrupted":
             half = eo.main(["--resume", half["run_dir"], "--iterations", "2"])
