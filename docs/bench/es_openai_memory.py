@@ -93,7 +93,7 @@ def main():
         append(
             "memory.csv",
             [row],
-            "script options peak_pss_gib processes processor simd date commit".split(),
+            "script options peak_pss_gib processes processor simd cores date commit".split(),
         )
     )
 

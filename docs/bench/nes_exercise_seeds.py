@@ -18,7 +18,7 @@ from results_csv import ROOT, append, machine
 SOLUTION = os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")
 COLUMNS = (
     "script env seed iterations pairs sigma alpha workers return_mean return_std episodes "
-    "reached wall_time_s processor simd date commit"
+    "reached wall_time_s processor simd cores date commit"
 ).split()
 
 

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 row() {  # PYTHON PACKAGES PYTEST-SUMMARY -> a row of docs/results/python_versions.csv
   "$1" -c 'import platform, sys; sys.path.insert(0, "docs/bench"); from results_csv import append, machine
 append("python_versions.csv", [dict(python=platform.python_version(), packages=sys.argv[1], tests=sys.argv[2],
-       ray=sys.argv[3], **machine())], "python packages tests ray processor simd date commit".split())' \
+       ray=sys.argv[3], **machine())], "python packages tests ray processor simd cores date commit".split())' \
     "$2" "$3" "$ray"
 }
 status=0

@@ -51,13 +51,13 @@ NOT_FLAGS = {
     "evaluate_snapshots",
 }
 COLUMNS = (
-    "script env seed variant flags processor simd started commit target reached_iteration "
+    "script env seed variant flags processor simd cores started commit target reached_iteration "
     "reached_episodes reached_env_steps reached_wall_time_s confirm_return "
     "play_return play_std play_episodes best_eval best_eval_iteration iterations episodes "
     "env_steps wall_time_s"
 ).split()
 THROUGHPUT = (
-    "bench env run workers repetition value unit processor simd date commit".split()
+    "bench env run workers repetition value unit processor simd cores date commit".split()
 )  # throughput.csv
 
 
@@ -66,7 +66,8 @@ def number(text: str) -> float:
 
 
 def machine() -> dict:
-    """This machine's processor and SIMD, the time now (UTC) and the commit checked out."""
+    """This machine's processor and SIMD, the cores this process may use, the time now (UTC) and
+    the commit checked out."""
     cpu = Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""
     name = re.search(r"model name\s*:\s*(.*)", cpu)
     flags = re.search(r"flags\s*:\s*(.*)", cpu)
@@ -82,6 +83,7 @@ def machine() -> dict:
         if name
         else "",
         simd=" ".join(f for f in ("avx2", "avx512f") if flags and f in flags.group(1).split()),
+        cores=len(os.sched_getaffinity(0)),
         date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}",
         commit=git[0] + ("-dirty" if git[1] else ""),
     )  # dirty: files changed since that commit
@@ -174,6 +176,7 @@ def row(run_dir: str, variant: str = None) -> dict:
         flags=" ".join(flags),
         processor=versions.get("processor", ""),
         simd=" ".join(simd),
+        cores=versions.get("cores", ""),  # recorded in config.json since 2026-11-27
         started=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
         if len(stamp) == 15
         else "",
@@ -199,20 +202,27 @@ def row(run_dir: str, variant: str = None) -> dict:
 
 
 def appended(run_dir: str, variant: str = None) -> dict:
-    """The row of a run that just ended here: processor and SIMD of this machine."""
-    return dict(
-        row(run_dir, variant), **{k: v for k, v in machine().items() if k in ("processor", "simd")}
-    )
+    """The row of a run that just ended here: processor and SIMD of this machine, and its cores
+    if the run's config.json does not have them."""
+    here = machine()
+    r = row(run_dir, variant)
+    r.update(processor=here["processor"], simd=here["simd"])
+    if r["cores"] == "":
+        r["cores"] = here["cores"]
+    return r
 
 
 def family(r: dict) -> str:
-    kind = (
-        "solves"
-        if r["script"] == "es_basic.py"
-        else "bipedalwalker"
-        if r["env"].startswith("BipedalWalker")
-        else "mujoco"
-    )
+    """The CSV of a row: es_basic.py's solves; BipedalWalker-v3; the MuJoCo v5 tasks; the rest
+    (ars.py's generic defaults)."""
+    if r["script"] == "es_basic.py":
+        kind = "solves"
+    elif r["env"].startswith("BipedalWalker"):
+        kind = "bipedalwalker"
+    elif r["env"].endswith("-v5"):
+        kind = "mujoco"
+    else:
+        kind = "generic"
     return f"{r['script'][:-3]}_{kind}.csv"
 
 
