@@ -6,6 +6,7 @@ paragraph lead."""
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,23 @@ def test_every_bench_script_is_cited_and_feeds_docs_results():
         assert "docs/results" in text or re.search(
             r"from (results_csv|replay) import|results_csv\.py", text
         ), name
+
+
+def test_every_results_table_is_rendered_from_its_rows():
+    """The marked blocks of README.md and docs/*.md are what docs/bench/tables.py renders from
+    docs/results/ today; a block edited by hand, or a row changed without rendering, fails."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "docs", "bench", "tables.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    sys.path.insert(0, os.path.join(ROOT, "docs", "bench"))
+    import tables
+
+    page = Path(ROOT, "docs", "es_basic.md").read_text()
+    assert "<!-- table: es_basic_solves -->" in page
+    edited = page.replace("iteration 50: 2,500 episodes", "iteration 40: 2,000 episodes", 1)
+    assert edited != page and tables.render(edited)[1] == ["es_basic_solves"]
+    assert tables.render(page)[1] == []
