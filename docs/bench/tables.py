@@ -83,6 +83,21 @@ def seeds_of(rows: list, seeds) -> list:
     return [by_seed.get(seed) for seed in seeds]
 
 
+def spans(numbers: list) -> str:
+    """[0, 1, 2, 3, 7, 9, 10] -> '0-3, 7, 9-10'."""
+    parts = []
+    start = numbers[0]
+    for previous, number in zip(numbers, numbers[1:] + [-1]):
+        if number == previous + 1:  # the span goes on
+            continue
+        if start == previous:
+            parts.append(str(start))
+        else:
+            parts.append(f"{start}-{previous}")
+        start = number
+    return ", ".join(parts)
+
+
 def same_as(rows: list, others: list) -> bool:
     """Whether every row equals the other host's row of its seed in every non-timing column."""
     theirs = {r["seed"]: r for r in others}
@@ -198,8 +213,261 @@ def es_basic_compare() -> list:
     ]
 
 
+# Table 3 of the ES paper: the steps ES took to reach TRPO's score after 5 M steps.
+PAPER_ES_STEPS = {"HalfCheetah-v5": 2.88e6, "Swimmer-v5": 1.39e6, "Hopper-v5": 31.6e6}
+
+
+def es_openai_anchors() -> list:
+    """docs/es_openai.md: each preset to its Table 3 anchor, per host and variant (rows of the
+    preset's own flags only), seeds 0-2 and every seed of the group."""
+    lines = [
+        "| env (paper's ES) | host, variant (commits; days) | seed 0 | seed 1 | seed 2 | all seeds"
+        " |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = read("es_openai_mujoco.csv", script="es_openai.py", flags="")
+    for env, paper in PAPER_ES_STEPS.items():
+        groups = {}
+        for r in rows:
+            if r["env"] == env:
+                groups.setdefault((host(r), r["variant"]), []).append(r)
+        for (name, variant), group in groups.items():
+            cells = []
+            for r in seeds_of(group, range(3)):
+                cell = trained_cell(r, "generation")
+                if r is not None and r["play_return"]:
+                    cell += f"; 20 fresh episodes: {played(r)}"
+                cells.append(cell)
+            reached = [int(r["reached_env_steps"]) for r in group if r["reached_env_steps"]]
+            within = sum(steps <= paper for steps in reached)
+            seeds = spans(sorted(int(r["seed"]) for r in group))
+            every = f"seeds {seeds}: {len(reached)} reached, {within} within {millions(paper)}"
+            if reached:
+                every += f"; median {millions(statistics.median(reached))} of those reached"
+            where = f"{name}, {variant or 'the default command'} ({commits(group)}; {days(group)})"
+            lines.append(f"| {env} ({millions(paper)}) | {where} | " + " | ".join(cells))
+            lines[-1] += f" | {every} |"
+    return lines
+
+
+# The ARS paper's Table 1: average episodes of ARS V2-t to its thresholds (Swimmer's preset
+# here is V1, RL Baselines3 Zoo's "closest to the paper").
+PAPER_ARS_EPISODES = {"Swimmer-v5": 427, "HalfCheetah-v5": 1707, "Hopper-v5": 1973}
+
+
+def median_to_target(rows: list, column="reached_episodes") -> str:
+    """The median of a column at the target over the rows, a miss counted as never ('never' if
+    half or more missed)."""
+    values = sorted(int(r[column]) for r in rows if r[column])
+    misses = len(rows) - len(values)
+    ranked = values + [None] * misses
+    middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
+    if None in middle:
+        return "never"
+    return f"{statistics.median(middle):,.0f}"
+
+
+def ars_thresholds() -> list:
+    """docs/ars.md: training episodes of each MuJoCo preset to the paper's threshold, by host and
+    variant: the median of seeds 0-2 and of every seed, a miss counted as never."""
+    lines = [
+        "| env (paper) | host, variant, flags (commits; days) | seeds 0-2 | all seeds | reached |",
+        "|---|---|---|---|---|",
+    ]
+    rows = read("ars_mujoco.csv", script="ars.py")
+    for env, paper in PAPER_ARS_EPISODES.items():
+        groups = {}
+        for r in rows:
+            if r["env"] == env:
+                groups.setdefault((host(r), r["variant"], r["flags"]), []).append(r)
+        for (name, variant, flags), group in groups.items():
+            first = [r for r in group if int(r["seed"]) < 3]
+            seeds = spans(sorted(int(r["seed"]) for r in group))
+            reached = sum(bool(r["reached_episodes"]) for r in group)
+            where = f"{name}, {variant or 'the default command'}, {flags or 'the preset'}"
+            where += f" ({commits(group)}; {days(group)})"
+            lines.append(
+                f"| {env} ({paper:,}) | {where} | {median_to_target(first) if first else ''} | "
+                f"{median_to_target(group)} (seeds {seeds}) | {reached} of {len(group)} |"
+            )
+    return lines
+
+
+def newest_full_group(rows: list, seeds=range(3)) -> list:
+    """The rows of the (host, variant) group that has every seed in seeds, and of those the one
+    that ran last; [] if none has."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((host(r), r["variant"]), []).append(r)
+    full = [g for g in groups.values() if {int(r["seed"]) for r in g} >= set(seeds)]
+    if not full:
+        return []
+    return max(full, key=lambda g: max(r["started"] for r in g))
+
+
+def throughput(bench: str) -> tuple:
+    """The newest run of a throughput benchmark: medians over its repetitions of (1 worker over
+    the bare loop replaying its episodes, 2 workers over 1), and its host."""
+    rows = read("throughput.csv", bench=bench)
+    newest = max(r["date"][:10] for r in rows)
+    rows = [r for r in rows if r["date"][:10] == newest]
+    script = bench.replace("_throughput", "").replace("es_openai", "es_openai")
+    per_core = []
+    scaling = []
+    for repetition in sorted({r["repetition"] for r in rows}):
+        value = {}
+        for r in rows:
+            if r["repetition"] == repetition:
+                value[r["run"], r["workers"]] = float(r["value"])
+        one = value[script, "1"]
+        per_core.append(one / value["bare loop, the training's episodes", "1"])
+        scaling.append(value[script, "2"] / one)
+    return statistics.median(per_core), statistics.median(scaling), host(rows[0])
+
+
+def glance() -> list:
+    """README.md's results at a glance: each cell from one host's rows, named."""
+    lines = ["| script | task | target | result |", "|---|---|---|---|"]
+    walker = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
+    solved = [r for r in walker if r["reached_wall_time_s"]]
+    minutes = sorted(float(r["reached_wall_time_s"]) / 60 for r in solved)
+    lines.append(
+        "| `ars.py` | BipedalWalker-v3, default command | a 100-episode mean of 300 | "
+        f"[{len(solved)} of {len(walker)} seeds, {minutes[0]:.1f}-{minutes[-1]:.1f} minutes; "
+        f"{host(walker[0])}](docs/ars.md#bipedalwalker-v3-the-default-command) |"
+    )
+    cells = []
+    for env, paper in PAPER_ARS_EPISODES.items():
+        group = read("ars_mujoco.csv", env=env, variant="eval100")
+        first = [r for r in group if int(r["seed"]) < 3]
+        cells.append(
+            f"{env[:-3]} {median_to_target(first)}; {median_to_target(group)} (paper {paper:,})"
+        )
+    lines.append(
+        "| `ars.py` | MuJoCo v5, training episodes to the paper's thresholds, judged by 100 "
+        "episodes (median of seeds 0-2; of 0-20; a miss counts as never) | the paper's ARS | "
+        f"[{', '.join(cells)}; {host(group[0])}]"
+        "(docs/ars.md#episodes-to-the-papers-thresholds-mujoco-v5) |"
+    )
+    lander = newest_full_group(read("ars_generic.csv", env="LunarLanderContinuous-v3", flags=""))
+    iterations = sorted(int(r["reached_iteration"]) for r in lander if r["reached_iteration"])
+    seconds = sorted(float(r["reached_wall_time_s"]) for r in lander if r["reached_iteration"])
+    lines.append(
+        "| `ars.py` | LunarLanderContinuous-v3, no preset | an evaluation of 200 | "
+        f"[iterations {iterations[0]}-{iterations[-1]}, {seconds[0]:.0f}-{seconds[-1]:.0f} seconds,"
+        f" {len(iterations)} of {len(lander)} seeds; {host(lander[0])}]"
+        "(docs/ars.md#tasks-with-no-preset-the-generic-defaults) |"
+    )
+    cells = []
+    for env in ("CartPole-v1", "LunarLander-v3"):
+        group = newest_full_group(read("es_basic_solves.csv", env=env, variant="", flags=""))
+        times = sorted(float(r["reached_wall_time_s"]) for r in group if r["reached_wall_time_s"])
+        count = f"{len(times)} of {len(group)} seeds"
+        if env == "CartPole-v1":
+            cells.append(f"{times[0]:.0f}-{times[-1]:.0f} seconds, {count}")
+        else:
+            cells.append(f"{times[0] / 60:.0f}-{times[-1] / 60:.0f} minutes, {count}")
+    lines.append(
+        "| `es_basic.py` | CartPole-v1; LunarLander-v3 | 100-episode means of 475; 200 | "
+        f"[{'; '.join(cells)}; {host(group[0])}](docs/es_basic.md#results) |"
+    )
+    cells = []
+    for env, paper in PAPER_ES_STEPS.items():
+        group = newest_full_group(read("es_openai_mujoco.csv", env=env, flags=""))
+        first = seeds_of(group, range(3))
+        steps = median_to_target(first, "reached_env_steps")
+        if steps == "never":  # the median is a miss: what the seeds that reached it took
+            reached = [millions(r["reached_env_steps"]) for r in first if r["reached_env_steps"]]
+            steps = f"{', '.join(reached)} on {len(reached)} of 3 seeds"
+        else:
+            steps = millions(steps.replace(",", ""))
+        cells.append(f"{env[:-3]} {steps} (paper {millions(paper)}; {host(group[0])})")
+    lines.append(
+        "| `es_openai.py` | MuJoCo v5, env steps to TRPO's score (the paper's Table 3), median of "
+        "seeds 0-2 | the paper's ES | "
+        f"[{', '.join(cells)}](docs/es_openai.md#the-table-3-anchors-steps-to-trpos-score) |"
+    )
+    memory = []  # the script of the day (not an older commit run beside it), its 1 GB table
+    for r in read("memory.csv"):
+        if r["script"] == f"es_openai.py at {r['commit']}" and r["options"].endswith("tions 3"):
+            memory.append(r)
+    newest = max(memory, key=lambda r: r["date"])
+    lines.append(
+        "| `es_openai.py` | memory with the 1 GB noise table, 2 workers | under 1.5 GB | "
+        f"[{float(newest['peak_pss_gib']):.2f} GiB, {newest['processes']} processes; "
+        f"{host(newest)}](docs/es_openai.md#memory-one-noise-table-for-the-whole-run) |"
+    )
+    cells = []
+    for script, anchor in (("ars", "ars.md#throughput"), ("es_openai", "es_openai.md#throughput")):
+        per_core, scaling, where = throughput(f"{script}_throughput.py")
+        cells.append(f"[{script}.py {per_core:.2f}, {scaling:.2f}x; {where}](docs/{anchor})")
+    lines.append(
+        "| `ars.py`, `es_openai.py` | throughput: 1 worker against a bare `env.step` loop; 2 "
+        f"workers against 1 | 0.85 and 1.8x | {'; '.join(cells)} |"
+    )
+    exercise = read("nes_exercise.csv")
+    means = {float(r["return_mean"]) for r in exercise}
+    seconds = sorted(float(r["wall_time_s"]) for r in exercise)
+    result = f"{max(means):.1f} on every seed" if len(means) == 1 else f"{min(means):.1f} or more"
+    lines.append(
+        "| `nes_exercise.py` | CartPole-v1, the teacher's solution, seeds 0-9 | a 100-episode mean "
+        f"of 475 on each | [{result}, {seconds[0]:.0f}-{seconds[-1]:.0f} seconds each; "
+        f"{host(exercise[0])}](docs/nes_exercise.md#a-healthy-run) |"
+    )
+    return lines
+
+
+def ars_bipedalwalker() -> list:
+    """docs/ars.md: the default command on BipedalWalker-v3, seeds 0-11 of the largest group."""
+    rows = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
+    lines = [
+        "| seed | solved at iteration (a confirmed 300) | training episodes | env steps "
+        "| wall time "
+        "| confirmation, 100 fresh episodes | best 20-episode screen (iteration) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: int(r["seed"])):
+        best = f"{float(r['best_eval']):.1f} ({r['best_eval_iteration']})"
+        if r["reached_iteration"]:
+            lines.append(
+                f"| {r['seed']} | {r['reached_iteration']} | {int(r['reached_episodes']):,} | "
+                f"{millions(r['reached_env_steps'])} | "
+                f"{duration(float(r['reached_wall_time_s']))} | "
+                f"{float(r['confirm_return']):.1f} | {best} |"
+            )
+        else:
+            lines.append(
+                f"| {r['seed']} | **not solved**, stopped at {r['iterations']} | "
+                f"{int(r['episodes']):,} | {millions(r['env_steps'])} | "
+                f"{duration(float(r['wall_time_s']))} | none | {best} |"
+            )
+    solved = [r for r in rows if r["reached_iteration"]]
+    minutes = [float(r["reached_wall_time_s"]) / 60 for r in solved]
+    steps = [int(r["reached_env_steps"]) for r in solved]
+    lines.append("")
+    lines.append(
+        f"**{len(solved)} of {len(rows)} seeds solved**, in {min(minutes):.1f} to "
+        f"{max(minutes):.1f} minutes (median {statistics.median(minutes):.1f}) and "
+        f"{millions(min(steps))} to {millions(max(steps))} steps (median "
+        f"{millions(statistics.median(steps))}): {host(rows[0])}, commits {commits(rows)}, "
+        f"{days(rows)}, variant {rows[0]['variant'] or 'none'} of "
+        "[ars_bipedalwalker.csv](results/ars_bipedalwalker.csv)."
+    )
+    return lines
+
+
 TABLES = {
-    f.__name__: f for f in (es_basic_solves, es_basic_compare, ars_generic, nes_exercise_seeds)
+    f.__name__: f
+    for f in (
+        glance,
+        es_basic_solves,
+        es_basic_compare,
+        ars_bipedalwalker,
+        ars_thresholds,
+        ars_generic,
+        es_openai_anchors,
+        nes_exercise_seeds,
+    )
 }
 
 
