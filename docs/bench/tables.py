@@ -305,24 +305,62 @@ def newest_full_group(rows: list, seeds=range(3)) -> list:
     return max(full, key=lambda g: max(r["started"] for r in g))
 
 
-def throughput(bench: str) -> tuple:
-    """The newest run of a throughput benchmark: medians over its repetitions of (1 worker over
-    the bare loop replaying its episodes, 2 workers over 1), and its host."""
+def throughput(bench: str) -> dict:
+    """The newest day of a throughput benchmark, per repetition: 1 worker over the bare loop
+    replaying its episodes (the per-core ratio), 2 workers over 1, two bare loops over one; with
+    its host, day and commit."""
     rows = read("throughput.csv", bench=bench)
     newest = max(r["date"][:10] for r in rows)
     rows = [r for r in rows if r["date"][:10] == newest]
-    script = bench.replace("_throughput", "").replace("es_openai", "es_openai")
-    per_core = []
-    scaling = []
+    script = bench.replace("_throughput", "")  # ars_throughput.py: ars.py's runs
+    out = dict(per_core=[], scaling=[], bare_scaling=[], host=host(rows[0]), day=newest)
+    out["commit"] = commits(rows)
     for repetition in sorted({r["repetition"] for r in rows}):
         value = {}
         for r in rows:
             if r["repetition"] == repetition:
                 value[r["run"], r["workers"]] = float(r["value"])
         one = value[script, "1"]
-        per_core.append(one / value["bare loop, the training's episodes", "1"])
-        scaling.append(value[script, "2"] / one)
-    return statistics.median(per_core), statistics.median(scaling), host(rows[0])
+        bare = value["bare loop, the training's episodes", "1"]
+        out["per_core"].append(one / bare)
+        out["scaling"].append(value[script, "2"] / one)
+        out["bare_scaling"].append(value["bare loop, the training's episodes", "2"] / bare)
+    return out
+
+
+def spread(values: list, unit="") -> str:
+    """'0.92 (0.90-0.96)': the median and the range."""
+    middle = statistics.median(values)
+    return f"{middle:.2f}{unit} ({min(values):.2f}-{max(values):.2f}{unit})"
+
+
+def throughput_sentence(bench: str) -> list:
+    t = throughput(bench)
+    line = (
+        f"Medians of {len(t['per_core'])} repetitions (range): the per-core ratio "
+        f"**{spread(t['per_core'])}**, 2 workers over 1 **{spread(t['scaling'], 'x')}**, two bare "
+        f"loops over one {spread(t['bare_scaling'], 'x')}"
+    )
+    script = bench.replace("_throughput", "")
+    rows = [r for r in read("throughput.csv", bench=bench) if r["date"].startswith(t["day"])]
+    policy = [float(r["value"]) for r in rows if r["run"] == f"{script}'s policy, per step"]
+    step = [float(r["value"]) for r in rows if r["run"] == f"{script}'s env.step, per step"]
+    if policy and step:  # the workers' own timers
+        policy_us = statistics.median(policy)
+        step_us = statistics.median(step)
+        line += (
+            f"; a worker's policy {policy_us:.1f} us and `env.step` {step_us:.1f} us a step "
+            f"({step_us / (policy_us + step_us):.0%} of the two)"
+        )
+    return [f"{line}; {t['host']}, {t['day']}, commit {t['commit']}."]
+
+
+def throughput_ars() -> list:
+    return throughput_sentence("ars_throughput.py")
+
+
+def throughput_es_openai() -> list:
+    return throughput_sentence("es_openai_throughput.py")
 
 
 def glance() -> list:
@@ -399,8 +437,10 @@ def glance() -> list:
     )
     cells = []
     for script, anchor in (("ars", "ars.md#throughput"), ("es_openai", "es_openai.md#throughput")):
-        per_core, scaling, where = throughput(f"{script}_throughput.py")
-        cells.append(f"[{script}.py {per_core:.2f}, {scaling:.2f}x; {where}](docs/{anchor})")
+        t = throughput(f"{script}_throughput.py")
+        per_core = statistics.median(t["per_core"])
+        scaling = statistics.median(t["scaling"])
+        cells.append(f"[{script}.py {per_core:.2f}, {scaling:.2f}x; {t['host']}](docs/{anchor})")
     lines.append(
         "| `ars.py`, `es_openai.py` | throughput: 1 worker against a bare `env.step` loop; 2 "
         f"workers against 1 | 0.85 and 1.8x | {'; '.join(cells)} |"
@@ -456,6 +496,74 @@ def ars_bipedalwalker() -> list:
     return lines
 
 
+def old_new(script: str) -> list:
+    """docs/ars.md, docs/es_openai.md: each batch of `old_new.py` (a commit's rows), the script
+    against the code of 8f57846 run in turn: medians over its repetitions of new over old, in
+    training steps per second and in the whole process's speed (old seconds over new)."""
+    rows = read("throughput.csv", bench=f"old_new.py {script}")
+    batches = {}
+    for r in rows:
+        batches.setdefault((r["commit"], r["env"]), []).append(r)
+    lines = [
+        "| batch: commit, env, day, host | bare loop, steps/s | repetitions | steps/s, 1 worker | "
+        "2 workers | whole process, 1 worker | 2 workers |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (commit, env), batch in batches.items():
+        new = f"{script} at {commit}"
+        value = {}
+        for r in batch:
+            value[r["run"], r["workers"], r["repetition"]] = float(r["value"])
+        repetitions = sorted({r["repetition"] for r in batch}, key=int)
+        cells = []
+        for run, invert in (("", False), (", whole process", True)):
+            for workers in ("1", "2"):
+                ratios = []
+                for k in repetitions:
+                    old_value = value.get((f"{script} at 8f57846{run}", workers, k))
+                    new_value = value.get((f"{new}{run}", workers, k))
+                    if old_value is None or new_value is None:
+                        continue
+                    if invert:  # seconds: the old time over the new is the new speed over the old
+                        ratios.append(old_value / new_value)
+                    else:
+                        ratios.append(new_value / old_value)
+                if ratios:
+                    cells.append(f"{statistics.median(ratios):.2f}")
+                else:
+                    cells.append("not timed")
+        bare = [value[key] for key in value if key[0] == "bare loop, random actions"]
+        where = f"{commit}, {env}, {days(batch)}, {host(batch[0])}"
+        lines.append(
+            f"| {where} | {min(bare):,.0f}-{max(bare):,.0f} | {len(repetitions)} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return lines
+
+
+def old_new_ars() -> list:
+    return old_new("ars.py")
+
+
+def old_new_es_openai() -> list:
+    return old_new("es_openai.py")
+
+
+def memory() -> list:
+    """docs/es_openai.md: every run of es_openai_memory.py, the peak PSS of all processes."""
+    lines = [
+        "| script | options | peak PSS | processes | host, day |",
+        "|---|---|---|---|---|",
+    ]
+    for r in read("memory.csv"):
+        lines.append(
+            f"| {r['script']} | `{r['options']}` | {float(r['peak_pss_gib']):.2f} GiB | "
+            f"{r['processes']} | {host(r)}, {r['date'][:10]} |"
+        )
+    return lines
+
+
 TABLES = {
     f.__name__: f
     for f in (
@@ -466,6 +574,11 @@ TABLES = {
         ars_thresholds,
         ars_generic,
         es_openai_anchors,
+        old_new_ars,
+        old_new_es_openai,
+        throughput_ars,
+        throughput_es_openai,
+        memory,
         nes_exercise_seeds,
     )
 }
