@@ -594,10 +594,33 @@ def ars_triples() -> list:
     return lines
 
 
+def python_versions() -> list:
+    """README.md: the newest run of python_versions.sh, a row per Python."""
+    rows = read("python_versions.csv")
+    newest = max(r["date"][:10] for r in rows)
+    rows = [r for r in rows if r["date"].startswith(newest)]
+    pythons = sorted((r["python"] for r in rows), key=lambda v: [int(x) for x in v.split(".")])
+    passed = all("failed" not in r["tests"] and "error" not in r["tests"] for r in rows)
+    verdict = "the tests pass on each" if passed else "the tests do not pass on every one"
+    ray = "with Ray" if all(r["ray"] == "1" for r in rows) else "without Ray (its tests skipped)"
+    summaries = []
+    for r in rows:
+        counts = re.sub(r", \d+ warnings?", "", r["tests"].split(" in ")[0])
+        summaries.append(f"{r['python']}: {counts}")
+    summaries = "; ".join(summaries)
+    return [
+        f"Python {pythons[0]} to {pythons[-1]}; on Linux every requirement installs as a binary "
+        f"wheel and {verdict}, {ray} ({summaries}; {host(rows[0])}, {newest}, commit "
+        f"{commits(rows)}: [python_versions.csv](docs/results/python_versions.csv), "
+        "`bash docs/bench/python_versions.sh PYTHON ...`)."
+    ]
+
+
 TABLES = {
     f.__name__: f
     for f in (
         glance,
+        python_versions,
         es_basic_solves,
         es_basic_compare,
         ars_bipedalwalker,
