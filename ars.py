@@ -488,6 +488,7 @@ class Run:
     def __init__(self, args):
         self.args = args
         self.ev = np.nan  # the last evaluation's mean, shown until the next one
+        self.best = np.nan  # the best evaluation's mean so far, shown beside a target
         variant = f"V{args.version}-t" if args.top_b < args.n_directions else f"V{args.version}"
         self.title = f"ARS {variant} on {args.env}"  # of progress.png
         p, n = args.dims
@@ -501,6 +502,10 @@ class Run:
             with open(os.path.join(self.dir, "progress.csv")) as f:
                 rows = list(csv.DictReader(f))
             rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
+            for row in rows:  # the evaluations so far, for the progress line
+                if row["eval_return_mean"] != "nan":
+                    self.ev = float(row["eval_return_mean"])
+                    self.best = np.fmax(self.best, self.ev)
         else:
             name = f"{args.env}__ars__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
             self.dir = os.path.join(args.out_dir, name)
@@ -531,6 +536,7 @@ class Run:
             ev = np.array([np.nan])
         else:
             self.ev = ev.mean()
+            self.best = np.fmax(self.best, self.ev)
         row = dict(iteration=it, episodes=state["episodes"], env_steps=state["env_steps"])
         row.update(wall_time_s=round(state["wall_time"], 2), steps_per_s=round(speed, 1))
         row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
@@ -542,10 +548,15 @@ class Run:
         self.csv.writerow(row)
         self.file.flush()
         eta = (a.iterations - it) * state["wall_time"] / it / 60
+        evaluation = f"eval {self.ev:7.1f}"
+        left = f"ETA {eta:5.1f} min"
+        if a.target_return is not None:  # a run that reaches its target stops before the cap
+            evaluation += f" (best {self.best:.1f} of {a.target_return:g})"
+            left = f"cap {a.iterations} in {eta:.1f} min"
         print(
             f"it {it:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
-            f"return {R.mean():8.1f} (max {R.max():7.1f}) | eval {self.ev:7.1f} | {speed:6.0f} "
-            f"steps/s | {state['wall_time'] / 60:5.1f} min | ETA {eta:5.1f} min",
+            f"return {R.mean():8.1f} (max {R.max():7.1f}) | {evaluation} | {speed:6.0f} "
+            f"steps/s | {state['wall_time'] / 60:5.1f} min | {left}",
             flush=True,
         )
         if it % a.save_every == 0 or not np.isnan(ev).all():

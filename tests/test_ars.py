@@ -893,3 +893,25 @@ def test_a_run_that_misses_its_target_says_so_with_its_best_evaluation(tmp_path,
     best = np.nanmax(evaluations)
     said = f"the target {target} was not reached: the best evaluation was {best:.1f}"
     assert said in capsys.readouterr().out
+
+
+def test_the_progress_line_shows_the_best_evaluation_against_a_target_and_the_cap(tmp_path, capsys):
+    def lines() -> list:
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("it ")]
+
+    half = run(tmp_path, iterations=2, target_return=1e9)
+    first = lines()
+    with open(Path(half["run_dir"], "progress.csv")) as f:
+        best = max(
+            float(r["eval_return_mean"])
+            for r in csv.DictReader(f)
+            if r["eval_return_mean"] != "nan"
+        )
+    assert f"(best {best:.1f} of 1e+09)" in first[-1] and "cap 2 in" in first[-1]
+    assert "ETA" not in first[-1]
+    ars.main(["--resume", half["run_dir"], "--iterations", "4"])
+    third = lines()[0]  # iteration 3, no evaluation: the best so far, read from the log
+    assert third.startswith("it     3") and f"(best {best:.1f} of 1e+09)" in third
+    run(tmp_path / "no_target", iterations=1)
+    plain = lines()[-1]
+    assert "ETA" in plain and "best" not in plain and "cap" not in plain
