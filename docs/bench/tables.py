@@ -159,16 +159,21 @@ def es_basic_solves() -> list:
 def ars_generic() -> list:
     """docs/ars.md: the generic defaults (no preset) on three tasks, seeds 0-2."""
     rows = read("ars_generic.csv", script="ars.py", variant="", flags="")
-    lines = ["| env (target) | seed 0 | seed 1 | seed 2 |", "|---|---|---|---|"]
+    lines = [
+        "`bash docs/bench/ars_generic.sh`: `python ars.py --env E --seed S --target-return T "
+        "--workers 2`, no other flag; a 10-episode evaluation every 10 iterations; the first one "
+        "at the target. Rows of [ars_generic.csv](results/ars_generic.csv): "
+        f"{host(rows[0])}, commit {commits(rows)}, {days(rows)}.",
+        "",
+        "| env (target) | seed 0 | seed 1 | seed 2 |",
+        "|---|---|---|---|",
+    ]
     for env in ("LunarLanderContinuous-v3", "MountainCarContinuous-v0", "Pendulum-v1"):
         mine = [r for r in rows if r["env"] == env]
         if not mine:
             continue
         cells = [trained_cell(r) for r in seeds_of(mine, range(3))]
         lines.append(f"| {env} ({float(mine[0]['target']):g}) | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append(f"*Rows of [ars_generic.csv](results/ars_generic.csv): {host(rows[0])}, commit")
-    lines[-1] += f" {commits(rows)}, {days(rows)}.*"
     return lines
 
 
