@@ -40,8 +40,9 @@ for py in "${pythons[@]}"; do
 print('numpy', numpy.__version__, '| gymnasium', gymnasium.__version__, '| mujoco', mujoco.__version__,
       '| matplotlib', matplotlib.__version__, '| Box2D', Box2D.__version__)")
   echo "   $got"
-  "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider > "$dir/pytest.log" 2>&1
+  "$dir/venv/bin/python" -m pytest -q -rfE -p no:cacheprovider > "$dir/pytest.log" 2>&1
   [ $? = 0 ] || status=1
+  grep -E '^(FAILED|ERROR) ' "$dir/pytest.log" | sed 's/^/   /'  # which tests, if any
   tail -n 1 "$dir/pytest.log" | sed 's/^/   /'
   row "$py" "$got" "$(tail -n 1 "$dir/pytest.log")"
   rm -rf "$dir"
