@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs requirements.txt into a fresh virtualenv of each Python given and runs the test suite there
-# (README, "Set-up"). `--only-binary=:all:` makes pip refuse any package it would have to build, so a
+# Installs requirements.txt into a fresh virtualenv of each Python given and runs the test suite there,
+# in a checkout of HEAD (README, "Set-up"). `--only-binary=:all:` makes pip refuse any package it would have to build, so a
 # clean install proves that no compiler is needed on that Python.
 #   bash docs/bench/python_versions.sh PYTHON [PYTHON ...]
 #   bash docs/bench/python_versions.sh ~/.pyenv/versions/3.10.13/bin/python ~/.pyenv/versions/3.12.1/bin/python
@@ -40,8 +40,12 @@ for py in "${pythons[@]}"; do
 print('numpy', numpy.__version__, '| gymnasium', gymnasium.__version__, '| mujoco', mujoco.__version__,
       '| matplotlib', matplotlib.__version__, '| Box2D', Box2D.__version__)")
   echo "   $got"
-  "$dir/venv/bin/python" -m pytest -q -rfE -p no:cacheprovider > "$dir/pytest.log" 2>&1
+  # The tests run in a checkout of HEAD of their own: the rows this script appends to docs/results/
+  # would otherwise change what the docs' tables are checked against.
+  git worktree add --quiet --detach "$dir/src" HEAD
+  (cd "$dir/src" && "$dir/venv/bin/python" -m pytest -q -rfE -p no:cacheprovider) > "$dir/pytest.log" 2>&1
   [ $? = 0 ] || status=1
+  git worktree remove --force "$dir/src"
   grep -E '^(FAILED|ERROR) ' "$dir/pytest.log" | sed 's/^/   /'  # which tests, if any
   tail -n 1 "$dir/pytest.log" | sed 's/^/   /'
   row "$py" "$got" "$(tail -n 1 "$dir/pytest.log")"
