@@ -1,6 +1,7 @@
 """The teacher's solution of the class exercise with the handout's defaults, one seed after the
-other: its last line (the 100-episode mean of the trained mean policy) and the wall time of the
-whole command, a row of docs/results/nes_exercise.csv each.
+other: its last line (the 100-episode mean of the trained mean policy), its log (the mean return
+of every iteration, separated by spaces) and the wall time of the whole command, a row of
+docs/results/nes_exercise.csv each.
 
     python docs/bench/nes_exercise_seeds.py              # seeds 0-9, the defaults
     python docs/bench/nes_exercise_seeds.py --seeds 3 5  # some seeds
@@ -18,7 +19,7 @@ from results_csv import ROOT, append, machine
 SOLUTION = os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")
 COLUMNS = (
     "script env seed iterations pairs sigma alpha workers return_mean return_std episodes "
-    "reached wall_time_s processor simd cores date commit"
+    "reached wall_time_s processor simd cores date commit log_returns"
 ).split()
 
 
@@ -45,9 +46,11 @@ def main():
         if out.returncode != 0 or last is None:
             sys.exit(f"seed {seed}: exit status {out.returncode}: {out.stderr.strip()}")
         mean = float(last.group(1))
+        log = re.findall(r"iteration +\d+: mean return +(\S+)", out.stdout)  # iterations 0, 1, ...
         row = dict(script="nes_exercise.py", env="CartPole-v1", seed=seed, **defaults())
         row.update(return_mean=mean, return_std=float(last.group(2)), episodes=last.group(3))
         row.update(reached=mean >= 475.0, wall_time_s=round(seconds, 2), **machine())
+        row.update(log_returns=" ".join(log))
         append("nes_exercise.csv", [row], COLUMNS)
         print(f"seed {seed}: mean policy {mean:.1f} over 100 episodes, {seconds:.1f} s", flush=True)
 

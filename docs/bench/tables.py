@@ -177,9 +177,20 @@ def ars_generic() -> list:
     return lines
 
 
+def exercise_rows() -> list:
+    """The rows of nes_exercise.csv of the newest commit that ran seeds 0-9."""
+    rows = read("nes_exercise.csv")
+    full = [c for c in dict.fromkeys(r["commit"] for r in rows) if len(read_commit(rows, c)) >= 10]
+    return read_commit(rows, full[-1])
+
+
+def read_commit(rows: list, commit: str) -> list:
+    return [r for r in rows if r["commit"] == commit]
+
+
 def nes_exercise_seeds() -> list:
     """docs/nes_exercise.md: the teacher's solution with the defaults, a row per seed."""
-    rows = read("nes_exercise.csv")
+    rows = exercise_rows()
     means = sorted(float(r["return_mean"]) for r in rows)
     seconds = [float(r["wall_time_s"]) for r in rows]
     seeds = sorted(int(r["seed"]) for r in rows)
@@ -194,6 +205,29 @@ def nes_exercise_seeds() -> list:
         f"(median {statistics.median(seconds):.1f} s): `python docs/bench/nes_exercise_seeds.py`, "
         f"a row per seed in [nes_exercise.csv](results/nes_exercise.csv); {host(rows[0])}, commit "
         f"{commits(rows)}, {days(rows)}.",
+        "",
+        *nes_exercise_log(),
+    ]
+
+
+def nes_exercise_log() -> list:
+    """Seed 0's log, from its row's log_returns (in nes_exercise_seeds' block)."""
+    (r,) = [r for r in exercise_rows() if r["seed"] == "0"]
+    log = r["log_returns"].split()
+    last = len(log) - 1
+    shown = sorted({*range(0, last - 2, 10), last - 2, last - 1, last})
+    fall = max(range(1, len(log)), key=lambda i: float(log[i - 1]) - float(log[i]))
+    return [
+        f"Seed 0's log (its row of [nes_exercise.csv](results/nes_exercise.csv), {host(r)}, "
+        f"commit {r['commit']}), the mean return of the perturbed policies by iteration:",
+        "",
+        "| iteration | " + " | ".join(str(i) for i in shown) + " |",
+        "|---|" + "---|" * len(shown),
+        "| mean return | " + " | ".join(log[i] for i in shown) + " |",
+        "",
+        f"It climbs with ups and downs (its largest fall: {log[fall - 1]} at iteration {fall - 1},"
+        f" {log[fall]} at {fall}) and stops at the target at iteration {last}, below the "
+        f"evaluation of $\\mu$ ({float(r['return_mean']):.1f}): some perturbed members still fail.",
     ]
 
 
@@ -451,7 +485,7 @@ def glance() -> list:
         "| `ars.py`, `es_openai.py` | throughput: 1 worker against a bare `env.step` loop; 2 "
         f"workers against 1 | 0.85 and 1.8x | {'; '.join(cells)} |"
     )
-    exercise = read("nes_exercise.csv")
+    exercise = exercise_rows()
     means = {float(r["return_mean"]) for r in exercise}
     seconds = sorted(float(r["wall_time_s"]) for r in exercise)
     result = f"{max(means):.1f} on every seed" if len(means) == 1 else f"{min(means):.1f} or more"
@@ -500,6 +534,36 @@ def ars_bipedalwalker() -> list:
         "[ars_bipedalwalker.csv](results/ars_bipedalwalker.csv)."
     )
     return lines
+
+
+def ars_bipedalwalker_today() -> list:
+    """docs/ars.md: the default command on BipedalWalker-v3, today's code, 40 minutes at most."""
+    rows = sorted(read("ars_bipedalwalker.csv", flags="", variant="limit40min"), key=seed_key)
+    seeds = []
+    for r in rows:
+        play = f"`--play` {played(r)} over {r['play_episodes'] or 0} episodes"
+        if r["reached_iteration"]:
+            seeds.append(
+                f"seed {r['seed']} solved at iteration {r['reached_iteration']} "
+                f"({millions(r['reached_env_steps'])} steps, "
+                f"{duration(float(r['reached_wall_time_s']))}; confirmed "
+                f"{float(r['confirm_return']):.1f}; {play})"
+            )
+        else:
+            seeds.append(
+                f"seed {r['seed']} **not solved** by iteration {r['iterations']} "
+                f"({millions(r['env_steps'])} steps, {duration(float(r['wall_time_s']))}; {play})"
+            )
+    return [
+        f'**Today\'s code**, each seed stopped at 40 minutes at most (`SEEDS="0 1 2" '
+        "TAG=limit40min bash docs/bench/bipedal_walker.sh 2400`; variant limit40min of "
+        f"[ars_bipedalwalker.csv](results/ars_bipedalwalker.csv), {host(rows[0])}, commits "
+        f"{commits(rows)}, {days(rows)}): {'; '.join(seeds)}."
+    ]
+
+
+def seed_key(r: dict) -> int:
+    return int(r["seed"])
 
 
 def old_new(script: str) -> list:
@@ -629,6 +693,7 @@ TABLES = {
         es_basic_solves,
         es_basic_compare,
         ars_bipedalwalker,
+        ars_bipedalwalker_today,
         ars_thresholds,
         ars_triples,
         ars_generic,
