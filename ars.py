@@ -455,18 +455,16 @@ class RayExecutor:
 def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
     here = os.path.dirname(os.path.abspath(__file__))
     git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
-    cpu = ""
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = f.read()
-    processor = ""
-    for line in cpu.splitlines():
-        if line.startswith("model name"):
-            processor = line.split(":", 1)[1].strip()
-    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.split()]  # the bits depend on it
+    cpu = {}  # Linux: the first processor's "model name", "flags", ...
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            cpu.setdefault(key.strip(), value.strip())
+    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
     cores = os.cpu_count()
     if hasattr(os, "sched_getaffinity"):  # Linux: the cores this run may use
         cores = len(os.sched_getaffinity(0))
+    processor = cpu.get("model name", "")  # the bits depend on its SIMD
     machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
     versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
     versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
@@ -654,10 +652,8 @@ def read_config(run_dir: str) -> dict:  # config.json of a run directory of this
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             config = json.load(f)
-        by = config.get("script")
-    except (OSError, ValueError, AttributeError):
-        by = None
-    if by is None:
+        by = config["script"]
+    except (OSError, ValueError, LookupError, TypeError):  # no such file, not JSON, no "script"
         check(False, f"'{run_dir}' is not a run directory of {script}")
     check(by == script, f"'{run_dir}' is a run directory of {by}, not of {script}; use python {by}")
     return config
@@ -669,8 +665,8 @@ def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best e
     c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
     ev = c["eval_return_mean"]
     ok = ~np.isnan(ev)
-    fig = Figure((7, 4), layout="tight")
-    ax = fig.subplots()
+    fig = Figure((7, 4))  # fixed margins: a tight layout costs as much as the drawing
+    ax = fig.subplots(gridspec_kw=dict(left=0.12, right=0.97, bottom=0.12, top=0.92))
     ax.fill_between(c["env_steps"], c["return_min"], c["return_max"], alpha=0.2, label="range")
     ax.plot(c["env_steps"], c["return_mean"], label="training (mean)")
     ax.plot(c["env_steps"][ok], ev[ok], "o-", label="evaluation (mean)")

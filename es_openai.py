@@ -638,13 +638,12 @@ def configure(args) -> argparse.Namespace:
     obs = env.observation_space
     act = env.action_space
     flat = isinstance(obs, gym.spaces.Box) and len(obs.shape) == 1
-    check(flat, f"{args.env}: observations must be a flat Box, not {obs}")
-    limited = env.spec.max_episode_steps or args.episode_length
-    check(limited, f"{args.env} has no time limit: give --episode-length")
     discrete = isinstance(act, gym.spaces.Discrete)
     box = isinstance(act, gym.spaces.Box) and len(act.shape) == 1
-    takes = "es_openai.py takes Discrete and flat Box actions"
-    check(discrete or box, f"{args.env} has {act} actions; {takes}")
+    takes = "es_openai.py takes a flat Box of observations, Discrete or flat Box actions"
+    check(flat and (discrete or box), f"{args.env}: {obs}, {act}; {takes}")
+    limited = env.spec.max_episode_steps or args.episode_length
+    check(limited, f"{args.env} has no time limit: give --episode-length")
     box_only = not discrete or not args.ac_bins and not args.ac_noise_std
     for_box = "--ac-bins and --ac-noise-std are for Box actions"
     check(box_only, f"{args.env} has discrete actions: {for_box}")
@@ -842,18 +841,16 @@ class RayExecutor:
 def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
     here = os.path.dirname(os.path.abspath(__file__))
     git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
-    cpu = ""
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = f.read()
-    processor = ""
-    for line in cpu.splitlines():
-        if line.startswith("model name"):
-            processor = line.split(":", 1)[1].strip()
-    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.split()]  # the bits depend on it
+    cpu = {}  # Linux: the first processor's "model name", "flags", ...
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            cpu.setdefault(key.strip(), value.strip())
+    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
     cores = os.cpu_count()
     if hasattr(os, "sched_getaffinity"):  # Linux: the cores this run may use
         cores = len(os.sched_getaffinity(0))
+    processor = cpu.get("model name", "")  # the bits depend on its SIMD
     machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
     versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
     versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
@@ -876,9 +873,7 @@ COLUMNS = (
 
 
 def available_memory() -> float:  # bytes, from /proc/meminfo (Linux); elsewhere inf
-    if not os.path.exists("/proc/meminfo"):
-        return math.inf
-    with open("/proc/meminfo") as f:
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
@@ -1081,10 +1076,8 @@ def read_config(run_dir: str) -> dict:  # config.json of a run directory of this
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             config = json.load(f)
-        by = config.get("script")
-    except (OSError, ValueError, AttributeError):
-        by = None
-    if by is None:
+        by = config["script"]
+    except (OSError, ValueError, LookupError, TypeError):  # no such file, not JSON, no "script"
         check(False, f"'{run_dir}' is not a run directory of {script}")
     check(by == script, f"'{run_dir}' is a run directory of {by}, not of {script}; use python {by}")
     return config
@@ -1096,8 +1089,8 @@ def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best e
     c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
     ev = c["eval_return_mean"]
     ok = ~np.isnan(ev)
-    fig = Figure((7, 4), layout="tight")
-    ax = fig.subplots()
+    fig = Figure((7, 4))  # fixed margins: a tight layout costs as much as the drawing
+    ax = fig.subplots(gridspec_kw=dict(left=0.12, right=0.97, bottom=0.12, top=0.92))
     ax.fill_between(c["env_steps"], c["return_min"], c["return_max"], alpha=0.2, label="range")
     ax.plot(c["env_steps"], c["return_mean"], label="training (mean)")
     ax.plot(c["env_steps"][ok], ev[ok], "o-", label="evaluation (mean)")
@@ -1165,8 +1158,8 @@ def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN
         header = "iteration,env_steps,return_mean,return_std,return_min,return_max"
         path = f"{run_dir}/snapshots.csv"
         np.savetxt(path, t, delimiter=",", comments="", fmt="%.17g", header=header)
-        fig = Figure((7, 4), layout="tight")
-        ax = fig.subplots()
+        fig = Figure((7, 4))
+        ax = fig.subplots(gridspec_kw=dict(left=0.12, right=0.97, bottom=0.12, top=0.92))
         ax.errorbar(t[:, 0], t[:, 2], yerr=t[:, 3], fmt="o-", capsize=3)
         ylabel = f"return over {args.episodes} episodes (+- std)"
         title = os.path.basename(os.path.normpath(run_dir))

@@ -68,6 +68,37 @@ def refused(module, tmp_path, *argv) -> str:
     return lines[0]
 
 
+class InlineExecutor:
+    """ProcessPoolExecutor's interface, each job run in this process as it is submitted: for the
+    tests that start hundreds of short runs to stop the master at each of its lines (a worker
+    process forked, started and joined per run would be most of their time). Use with
+    `inline_workers`."""
+
+    def __init__(self, max_workers=None, mp_context=None, initializer=None, initargs=()):
+        if initializer is not None:
+            initializer(*initargs)
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as e:  # as a worker's exception comes back with its future
+            future.set_exception(e)
+        return future
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+def inline_workers(monkeypatch, module):
+    """The script `module` runs its jobs in this process (InlineExecutor), its worker set-up
+    (signals, the kernel's end-with-the-master) left out: it is for worker processes."""
+    monkeypatch.setattr(module, "ProcessPoolExecutor", InlineExecutor)
+    monkeypatch.setattr(module, "init_worker", lambda: None)
+
+
 class _Trap:
     """An object whose unpickling creates a file."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import interrupted_runs, only_builtin_types, refused
+from conftest import inline_workers, interrupted_runs, only_builtin_types, refused
 
 import ars
 
@@ -306,6 +306,7 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
         kw.update(target_return=target, confirm_episodes=1)
         from_line = "run.log("
     monkeypatch.setattr(ars, "plot", lambda *a: (np.nan, 0))  # fast: many runs, each resumed
+    inline_workers(monkeypatch, ars)  # and no worker process for each
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
     points = 0

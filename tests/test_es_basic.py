@@ -3,6 +3,7 @@
 import contextlib
 import glob
 import json
+import math
 import os
 import platform
 import signal
@@ -89,6 +90,21 @@ def test_equal_returns_share_their_rank():
     np.testing.assert_array_equal(
         es.es_gradient(eps, es.centered_ranks(np.array([9.0, 9.0])), 0.1, True), 0.0
     )
+
+
+def test_the_rank_step_can_point_against_the_gradient():
+    # docs/es_basic.md's example: R(x) = -x below 3 and 10**6 above, sigma = 1, 50 mirrored pairs
+    # at x = 0. dJ/dx = -Phi(3) + 3 phi(3) + 10**6 phi(3) = +4431; the mean rank step is -0.28.
+    phi = math.exp(-4.5) / math.sqrt(2 * math.pi)
+    grad = -0.5 * (1 + math.erf(3 / math.sqrt(2))) + 3 * phi + 1e6 * phi
+    rng = np.random.default_rng(0)
+    steps = []
+    for _ in range(1000):
+        eps = rng.standard_normal((50, 1))
+        x = np.ravel(np.column_stack([eps, -eps]))  # [x_1+, x_1-, x_2+, ...]
+        F = es.centered_ranks(np.where(x < 3, -x, 1e6))
+        steps.append(es.es_gradient(eps, F, 1.0, True)[0])
+    assert round(grad) == 4431 and round(np.mean(steps), 2) == -0.28
 
 
 def test_fitness_shaping_options():

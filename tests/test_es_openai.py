@@ -13,7 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import interrupted_runs, only_builtin_types, refused
+from conftest import inline_workers, interrupted_runs, only_builtin_types, refused
 
 import es_openai as eo
 
@@ -569,6 +569,7 @@ def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, mon
         kw.update(target_return=target)
         from_line = "run.log("
     monkeypatch.setattr(eo, "plot", lambda *a: (np.nan, 0))  # fast: many runs, each resumed
+    inline_workers(monkeypatch, eo)  # and no worker process for each
     full = run(tmp_path / "full", **kw)
     assert full["status"] == ("done" if target is None else "target")
 
@@ -769,7 +770,7 @@ def test_save_every_zero_keeps_latest_and_no_snapshot(tmp_path):
         (["--env", "Pendulum-v1", "--fitness", "best"], "invalid choice"),
         (["--env", "Pendulum-v1", "--target-return", "nan"], "--target-return: must be in"),
         (["--env", "HalfCheetah-v9"], "`v5`"),
-        (["--env", "Blackjack-v1"], "observations must be a flat Box"),
+        (["--env", "Blackjack-v1"], "takes a flat Box of observations"),
         (["--env", "Pendulum-v1", "--video"], "--video goes with --play"),
         (["--env", "Pendulum-v1", "--episodes", "3"], "--episodes goes with --play"),
     ],

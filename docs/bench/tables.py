@@ -483,7 +483,7 @@ def glance() -> list:
         cells.append(f"[{script}.py {per_core:.2f}, {scaling:.2f}x; {t['host']}](docs/{anchor})")
     lines.append(
         "| `ars.py`, `es_openai.py` | throughput: 1 worker against a bare `env.step` loop; 2 "
-        f"workers against 1 | 0.85 and 1.8x | {'; '.join(cells)} |"
+        f"workers against 1 | 0.90 (ars.py), 0.85 (es_openai.py); 1.8x | {'; '.join(cells)} |"
     )
     exercise = exercise_rows()
     means = {float(r["return_mean"]) for r in exercise}
