@@ -286,12 +286,19 @@ def test_the_teachers_solution_runs_on_ray_from_another_folder(cluster, tmp_path
 
 @NEEDS_RAY
 @pytest.mark.parametrize(
-    "script, extra",
-    [("ars.py", []), ("es_openai.py", ["--noise-size", "100000", "--population", "8"])],
+    "script, own, extra",
+    [
+        ("ars.py", True, []),
+        ("es_openai.py", False, ["--noise-size", "100000", "--population", "8"]),
+    ],
 )
-def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(tmp_path, script, extra):
+def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(
+    cluster, tmp_path, script, own, extra
+):
     """ray.init installs its own SIGTERM handler; the scripts keep theirs, which saves the run.
-    (--ray-address local: a Ray instance of its own, not the cluster the other tests share.)"""
+    ars.py starts a Ray instance of its own (--ray-address local), whose processes must end with
+    it; es_openai.py, whose start_ray is the same, joins the cluster the other tests share."""
+    address = "local" if own else cluster.address
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -300,7 +307,7 @@ def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(tmp_path, sc
             "Pendulum-v1",
             "--ray",
             "--ray-address",
-            "local",
+            address,
             "--workers",
             "2",
             "--iterations",
