@@ -128,9 +128,7 @@ def merge_stats(a: tuple, b: tuple) -> tuple:
     """Eq. (6): Chan et al.'s parallel merge of (count, mean, m2) where m2 = sum (x - mean)^2."""
     na, mean_a, m2_a = a
     nb, mean_b, m2_b = b
-    n = na + nb
-    if n == 0:
-        return a
+    n = na + nb  # nb > 0: an episode has a state
     d = mean_b - mean_a
     return n, mean_a + d * (nb / n), m2_a + m2_b + d * d * (na * nb / n)
 
@@ -159,12 +157,11 @@ def rollout(
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
     W = M * inv_sigma  # the normalization folded into the matrix: a = W x - W mu, one product
     offset = -W @ mu
-    # float64 bounds, as a is: np.maximum of float64 and float32 arrays costs nearly twice as much
-    low = env.action_space.low.astype(np.float64)
-    high = env.action_space.high.astype(np.float64)
-    if not clip_actions:  # the official code's raw actions (MuJoCo charges control on them)
-        low = np.full_like(low, -np.inf)
-        high = np.full_like(high, np.inf)
+    low = -np.inf  # --actions raw: the official code's (MuJoCo charges control on them)
+    high = np.inf
+    if clip_actions:  # float64 bounds, as a is: np.maximum of float64 and float32 costs 2x more
+        low = env.action_space.low.astype(np.float64)
+        high = env.action_space.high.astype(np.float64)
     x, _ = reset_env(env, env_seed)
     observed = [x] if keep_obs else None
     total = 0.0
@@ -461,9 +458,7 @@ def write_config(run_dir: str, args, script: str):  # with everything the number
             key, _, value = line.partition(":")
             cpu.setdefault(key.strip(), value.strip())
     simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
-    cores = os.cpu_count()
-    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this run may use
-        cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     processor = cpu.get("model name", "")  # the bits depend on its SIMD
     machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
     versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
@@ -590,19 +585,15 @@ class Run:
         return dict(state, run_dir=self.dir, status=status)
 
 
-def save_checkpoint(run_dir: str, state: dict, env_id: str):  # written whole, then renamed
+def save_checkpoint(run_dir: str, state: dict, env_id: str):
     count, mean, m2 = state["stats"]
     saved = {key: value for key, value in state.items() if key != "stats"}
     saved.update(env=env_id, obs_count=count, obs_mean=mean, obs_m2=m2)
+    tmp = os.path.join(run_dir, "checkpoints", "tmp.npz")
     with stops_held():  # a stop waits for the files
         for name in (f"iter_{state['iteration']:06d}.npz", "latest.npz"):
-            save_npz(os.path.join(run_dir, "checkpoints", name), **saved)
-
-
-def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
-    tmp = os.path.join(os.path.dirname(path), "tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+            np.savez(tmp, **saved)  # written whole, then renamed
+            os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
 
 
 def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
@@ -678,23 +669,20 @@ def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best e
     return np.nanmax(ev), c["iteration"][np.nanargmax(ev)]
 
 
-def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
-    from PIL import Image  # comes with matplotlib
-
-    images = [Image.fromarray(frame[::2, ::2]) for frame in frames]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
-
-
 def write_gif(args, state: dict, path: str, key: int = 10**6) -> str:
     """Evaluation episode 0 of iteration `key` as a GIF of every second frame."""
+    from PIL import Image  # comes with matplotlib
+
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
     os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
     env_seed = int(stream(args.seed, EVAL, key, 0).integers(2**31))
     rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=args.actions == "clipped")
-    save_gif(env.render()[::2], path)  # the frames RenderCollection kept, one a step
+    # every second frame RenderCollection kept (one a step), at 12.5 frames per second
+    images = [Image.fromarray(frame[::2, ::2]) for frame in env.render()[::2]]  # half size
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
     return path
 
 
@@ -726,15 +714,11 @@ def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalma
         print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
 
 
-def quiet_mujoco():  # MuJoCo's warnings on stderr, not in a file in the current folder
-    with contextlib.suppress(ImportError):  # no MuJoCo, no warnings
+def main(argv=None):
+    with contextlib.suppress(ImportError):  # MuJoCo's warnings on stderr, not in a file here
         import mujoco
 
         mujoco.set_mju_user_warning(mujoco_warning)
-
-
-def main(argv=None):
-    quiet_mujoco()
     args = build_parser().parse_args(argv)
     playing = args.play is not None
     check(playing or not (args.video or args.episodes), "--video and --episodes go with --play")

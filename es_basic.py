@@ -285,9 +285,7 @@ def write_config(run_dir: str, args, script: str):  # with everything the number
             key, _, value = line.partition(":")
             cpu.setdefault(key.strip(), value.strip())
     simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
-    cores = os.cpu_count()
-    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this run may use
-        cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     processor = cpu.get("model name", "")  # the bits depend on its SIMD
     machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
     versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
@@ -371,19 +369,15 @@ class Run:
         a = self.args
         c = self.counts
         policy = dict(theta=self.theta, iteration=c["iteration"], env=a.env, sizes=a.sizes)
-        save_npz(os.path.join(self.dir, "policy.npz"), **policy, activation=a.activation)
+        tmp = os.path.join(self.dir, "tmp.npz")  # written whole, then renamed
+        np.savez(tmp, **policy, activation=a.activation)
+        os.replace(tmp, os.path.join(self.dir, "policy.npz"))
         if c["iteration"]:
             plot(self.dir, f"es_basic.py on {a.env}")
         ended = sys.stdout if status == "done" else sys.stderr
         done = f"{c['episodes']} episodes, {c['env_steps']} env steps"
         print(f"{status} after iteration {c['iteration']}: {done}", file=ended)
         return dict(c, theta=self.theta, status=status, run_dir=self.dir)
-
-
-def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
-    tmp = os.path.join(os.path.dirname(path), "tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
 
 
 def plot(run_dir: str, title: str):  # progress.png: returns, and elite members below them
@@ -404,14 +398,6 @@ def plot(run_dir: str, title: str):  # progress.png: returns, and elite members 
     fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
 
 
-def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
-    from PIL import Image  # comes with matplotlib
-
-    images = [Image.fromarray(frame[::2, ::2]) for frame in frames]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
-
-
 def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video films the first
     path = os.path.join(args.play, "policy.npz")  # it names its environment and layers
     policy = read_policy(path)
@@ -424,11 +410,16 @@ def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video f
     fits = sizes == args.sizes and theta.shape == (n_weights(sizes),)
     check(fits, f"the policy '{path}' does not fit {args.env}'s layers {args.sizes}")
     if args.video:
+        from PIL import Image  # comes with matplotlib
+
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
         env = gym.wrappers.RenderCollection(gym.make(args.env, render_mode="rgb_array"))
         rollout(env, theta, args, stream(args.seed, EVAL, 10**6, 0))  # the first episode below
         path = os.path.join(args.play, "video", f"{args.env}.gif")
-        save_gif(env.render()[::2], path)  # every second frame RenderCollection kept
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        # every second frame RenderCollection kept (one a step), at half size, 12.5 per second
+        images = [Image.fromarray(frame[::2, ::2]) for frame in env.render()[::2]]
+        images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
         print(f"video: {path}", flush=True)
     R = np.array([eval_episode(args, theta, 10**6, k)[0] for k in range(args.episodes)])
     print(

@@ -847,9 +847,7 @@ def write_config(run_dir: str, args, script: str):  # with everything the number
             key, _, value = line.partition(":")
             cpu.setdefault(key.strip(), value.strip())
     simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
-    cores = os.cpu_count()
-    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this run may use
-        cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     processor = cpu.get("model name", "")  # the bits depend on its SIMD
     machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
     versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
@@ -1007,15 +1005,11 @@ def save_checkpoint(run_dir: str, state: dict, args, snapshot: bool):  # whole, 
         names.append(f"iter_{state['iteration']:06d}.npz")
     policy = dict(env=args.env, sizes=args.sizes, activation=args.activation)
     policy.update(ac_bins=args.ac_bins, obs_norm=args.obs_norm)
+    tmp = os.path.join(run_dir, "checkpoints", "tmp.npz")
     with stops_held():  # a stop waits for the files
         for name in names:
-            save_npz(os.path.join(run_dir, "checkpoints", name), **state, **policy)
-
-
-def save_npz(path: str, **arrays):  # written whole to a temporary file, then renamed
-    tmp = os.path.join(os.path.dirname(path), "tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+            np.savez(tmp, **state, **policy)
+            os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
 
 
 def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
@@ -1102,21 +1096,18 @@ def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best e
     return np.nanmax(ev), c["iteration"][np.nanargmax(ev)]
 
 
-def save_gif(frames: list, path: str):  # at half size, 12.5 frames per second
-    from PIL import Image  # comes with matplotlib
-
-    images = [Image.fromarray(frame[::2, ::2]) for frame in frames]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
-
-
 def write_gif(args, state: dict, path: str) -> str:
     """--play's evaluation episode 0, the job ("eval", 10**6, 0), as a GIF of every second frame."""
+    from PIL import Image  # comes with matplotlib
+
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
     os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
     env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
     run_jobs([env], args, None, task_of(state, args), [("eval", 10**6, 0)])  # no noise table
-    save_gif(env.render()[::2], path)  # the frames RenderCollection kept, one a step
+    # every second frame RenderCollection kept (one a step), at 12.5 frames per second
+    images = [Image.fromarray(frame[::2, ::2]) for frame in env.render()[::2]]  # half size
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
     return path
 
 
@@ -1174,15 +1165,11 @@ def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalma
         print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
 
 
-def quiet_mujoco():  # MuJoCo's warnings on stderr, not in a file in the current folder
-    with contextlib.suppress(ImportError):  # no MuJoCo, no warnings
+def main(argv=None):
+    with contextlib.suppress(ImportError):  # MuJoCo's warnings on stderr, not in a file here
         import mujoco
 
         mujoco.set_mju_user_warning(mujoco_warning)
-
-
-def main(argv=None):
-    quiet_mujoco()
     args = build_parser().parse_args(argv)
     modes = [m for m in ("resume", "play", "evaluate_snapshots") if getattr(args, m) is not None]
     check(len(modes) < 2, f"--{' and --'.join(modes).replace('_', '-')}: one at a time")

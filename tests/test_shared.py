@@ -128,12 +128,12 @@ def test_the_helpers_copied_between_scripts_are_identical():
     every = (es_basic, ars, es_openai)
     copies = dict.fromkeys(["stream", "Parser", "check", "at_least", "init_worker"], every)
     copies.update(stops_held=every)
-    copies.update(dict.fromkeys(["write_config", "save_npz", "save_gif"], every))
+    copies.update(write_config=every)
     copies.update(read_checkpoint=(ars, es_openai))
     copies.update(centered_ranks=(es_basic, es_openai))
     for name in ("start_ray", "RayExecutor", "make_env", "reset_env", "plot", "read_config"):
         copies[name] = (ars, es_openai)
-    copies.update(quiet_mujoco=(ars, es_openai), mujoco_warning=(ars, es_openai))
+    copies.update(mujoco_warning=(ars, es_openai))
     for name, modules in copies.items():
         sources = {inspect.getsource(getattr(module, name)) for module in modules}
         assert len(sources) == 1, name
