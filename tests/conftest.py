@@ -68,6 +68,16 @@ def refused(module, tmp_path, *argv) -> str:
     return lines[0]
 
 
+def left_in_session(sid: int) -> str:
+    """The processes of session sid still running, one 'pid state command' a line: a process that
+    has ended but waits for its new parent to reap it (a zombie) is not one."""
+    import subprocess
+
+    out = subprocess.run(["ps", "-s", str(sid), "-o", "pid=,stat=,args="], capture_output=True)
+    lines = out.stdout.decode().splitlines()
+    return "\n".join(line for line in lines if line.split()[1][0] != "Z")
+
+
 class InlineExecutor:
     """ProcessPoolExecutor's interface, each job run in this process as it is submitted: for the
     tests that start hundreds of short runs to stop the master at each of its lines (a worker
@@ -94,9 +104,15 @@ class InlineExecutor:
 
 def inline_workers(monkeypatch, module):
     """The script `module` runs its jobs in this process (InlineExecutor), its worker set-up
-    (signals, the kernel's end-with-the-master) left out: it is for worker processes."""
+    (signals, the kernel's end-with-the-master) left out: it is for worker processes. Its
+    write_config asks git for the commit once, not once a run."""
+    import subprocess
+    import types
+
+    git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=ROOT)
     monkeypatch.setattr(module, "ProcessPoolExecutor", InlineExecutor)
     monkeypatch.setattr(module, "init_worker", lambda: None)
+    monkeypatch.setattr(module, "subprocess", types.SimpleNamespace(run=lambda *a, **kw: git))
 
 
 class _Trap:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nes_checker
 import pytest
+from conftest import left_in_session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUDENT = os.path.join(ROOT, "nes_exercise.py")
@@ -734,9 +735,7 @@ def test_a_stopped_training_ends_at_once_with_no_worker_left(how):
         else:
             assert proc.returncode == 130 and err == "nes_exercise.py: interrupted\n", err
         for _ in range(40):  # no worker process is left behind
-            leftover = subprocess.run(
-                ["pgrep", "-s", str(proc.pid)], capture_output=True, text=True
-            ).stdout
+            leftover = left_in_session(proc.pid)
             if not leftover.strip():
                 break
             time.sleep(0.25)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import left_in_session
 
 import ars
 import es_openai as eo
@@ -77,47 +78,6 @@ def crash_once(marker: str, fn, *args):
 def node_of_a_second_task() -> str:
     time.sleep(1)  # long enough that the tasks submitted together run at once
     return ray.get_runtime_context().get_node_id()
-
-
-def lost_node_scenario():
-    """The body of the next test, run in an interpreter of its own (see there)."""
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    node = c.add_node(num_cpus=1)
-    try:
-        ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
-        c.wait_for_nodes()
-        jobs = [
-            ("train", k) for k in range(64)
-        ]  # about a second of episodes: the node goes mid-run
-        params = (1, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-        args = parse(ars, env="Pendulum-v1", ray=True, workers=2)
-        pool = ars.make_pool(args)
-        before = ars.run_jobs(pool, args, params, jobs)
-        timer = threading.Timer(0.1, c.remove_node, (node,))
-        timer.start()
-        after = ars.run_jobs(pool, args, params, jobs)  # the lost node's tasks run on the head
-        timer.join()
-        assert all(after[k][0][:3] == before[k][0][:3] for k in range(64))
-        assert len(ray.nodes()) == 2 and sum(n["Alive"] for n in ray.nodes()) == 1
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
-@NEEDS_RAY
-def test_a_lost_node_is_survived_when_the_cluster_has_room():
-    """With a cluster of its own, in a fresh interpreter, so that the test process starts Ray only
-    once (the shared cluster): on Python 3.13 a process forked while a second Ray session of its
-    parent is up crashes in Ray's code (a SIGSEGV in GcsClient's destructor), and the local pools
-    of the tests below, and those of tests/test_shared.py, fork."""
-    code = (
-        f"import sys; sys.path[:0] = [{ROOT!r}, {os.path.join(ROOT, 'tests')!r}]; "
-        "import test_ray; test_ray.lost_node_scenario()"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
 
 
 @NEEDS_RAY
@@ -332,9 +292,7 @@ def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(
         int(np.load(os.path.join(run_dir, "checkpoints", "latest.npz"))["iteration"]) >= 2
     )  # 3 shown
     for _ in range(30):  # Ray's own processes of this run exit too, within seconds
-        leftover = subprocess.run(
-            ["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True
-        ).stdout
+        leftover = left_in_session(proc.pid)
         if not leftover.strip():
             break
         time.sleep(0.5)
@@ -342,6 +300,25 @@ def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(
 
 
 # ---------------------------------------------------------------- without Ray
+
+
+@NEEDS_RAY
+def test_a_lost_node_is_survived_when_the_cluster_has_room(cluster):
+    """A third node joins the shared cluster and is removed in the middle of a run: its tasks run
+    again on the nodes left, with the same results. (Placed after the tests that count the CPUs.)"""
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    jobs = [("train", k) for k in range(64)]  # about a second of episodes: the node goes mid-run
+    params = (1, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
+    args = parse(ars, env="Pendulum-v1", ray=True, workers=2)
+    pool = ars.make_pool(args)
+    before = ars.run_jobs(pool, args, params, jobs)
+    timer = threading.Timer(0.1, cluster.remove_node, (node,))
+    timer.start()
+    after = ars.run_jobs(pool, args, params, jobs)  # the lost node's tasks run on the others
+    timer.join()
+    assert all(after[k][0][:3] == before[k][0][:3] for k in range(64))
+    assert len(ray.nodes()) == 3 and sum(n["Alive"] for n in ray.nodes()) == 2
 
 
 @pytest.mark.parametrize(
