@@ -564,9 +564,8 @@ class Run:
         self.file.close()
         a = self.args
         save_checkpoint(self.dir, state, a.env)
-        best = np.nan
-        at = 0
-        if state["iteration"]:  # the plot gives the best evaluation
+        best, at = (np.nan, 0)  # the best evaluation and its iteration, from the plot
+        if state["iteration"]:
             best, at = plot(self.dir, self.title)
         done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"
         if status == "target":
