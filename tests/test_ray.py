@@ -364,12 +364,9 @@ def test_a_missing_ray_gives_one_clear_line_and_writes_nothing(tmp_path, script,
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize(
-    "workers", [[], ["--workers", "2"]]
-)  # with --workers too, before anything is written
-@pytest.mark.parametrize(
-    "address", ["127.0.0.1:9", "ray://127.0.0.1:9"]
-)  # a GCS address, a Ray client URL
+@pytest.mark.parametrize(  # a GCS address, a Ray client URL; with --workers too, before any file
+    "address, workers", [("127.0.0.1:9", []), ("ray://127.0.0.1:9", ["--workers", "2"])]
+)
 @pytest.mark.parametrize("script", ["ars.py", "es_openai.py", "nes_exercise.py"])
 def test_an_unreachable_cluster_is_refused_at_once(tmp_path, script, address, workers):
     if ray is None:
