@@ -664,10 +664,12 @@ def ars_triples() -> list:
 
 
 def python_versions() -> list:
-    """README.md: the newest run of python_versions.sh, a row per Python."""
+    """README.md: the newest run of python_versions.sh (its commit), a row per Python."""
     rows = read("python_versions.csv")
-    newest = max(r["date"][:10] for r in rows)
-    rows = [r for r in rows if r["date"].startswith(newest)]
+    newest = max(r["date"] for r in rows)
+    commit = [r["commit"] for r in rows if r["date"] == newest][0]
+    rows = [r for r in rows if r["commit"] == commit]
+    newest = newest[:10]
     pythons = sorted((r["python"] for r in rows), key=lambda v: [int(x) for x in v.split(".")])
     passed = all("failed" not in r["tests"] and "error" not in r["tests"] for r in rows)
     verdict = "the tests pass on each" if passed else "the tests do not pass on every one"
