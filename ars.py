@@ -157,7 +157,7 @@ def rollout(
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
     W = M * inv_sigma  # the normalization folded into the matrix: a = W x - W mu, one product
     offset = -W @ mu
-    low = -np.inf  # --actions raw: the official code's (MuJoCo charges control on them)
+    low = -np.inf  # --actions raw, as in the official code (MuJoCo charges control on them)
     high = np.inf
     if clip_actions:  # float64 bounds, as a is: np.maximum of float64 and float32 costs 2x more
         low = env.action_space.low.astype(np.float64)
@@ -564,7 +564,7 @@ class Run:
         self.file.close()
         a = self.args
         save_checkpoint(self.dir, state, a.env)
-        best, at = (np.nan, 0)  # the best evaluation and its iteration, from the plot
+        best, at = np.nan, 0  # the best evaluation and its iteration, from the plot
         if state["iteration"]:
             best, at = plot(self.dir, self.title)
         done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"

@@ -978,7 +978,7 @@ class Run:
         a = self.args  # a finished run's last state is a snapshot too
         save_checkpoint(self.dir, state, a, snapshot=status in ("done", "target"))
         self.workers.close()
-        best, at = (np.nan, 0)  # the best evaluation and its iteration, from the plot
+        best, at = np.nan, 0  # the best evaluation and its iteration, from the plot
         if state["iteration"]:
             best, at = plot(self.dir, f"OpenAI ES on {a.env}")
         done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"
