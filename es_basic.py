@@ -118,13 +118,11 @@ def n_weights(sizes: list) -> int:
 def unflatten(theta: np.ndarray, sizes: list) -> list:
     """Views [(W, b), ...] into theta: W of shape (n_out, n_in), then b of shape (n_out,)."""
     layers = []
-    start = 0
     for n_in, n_out in zip(sizes, sizes[1:]):
-        W = theta[start : start + n_in * n_out].reshape(n_out, n_in)
-        start += n_in * n_out
-        b = theta[start : start + n_out]
-        start += n_out
+        W = theta[: n_in * n_out].reshape(n_out, n_in)
+        b = theta[n_in * n_out : (n_in + 1) * n_out]
         layers.append((W, b))
+        theta = theta[(n_in + 1) * n_out :]  # the next layer's weights follow
     return layers
 
 
@@ -286,8 +284,7 @@ def write_config(run_dir: str, args, script: str):  # with everything the number
             cpu.setdefault(key.strip(), value.strip())
     simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    processor = cpu.get("model name", "")  # the bits depend on its SIMD
-    machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
+    machine = dict(processor=cpu.get("model name", ""), simd=simd, cores=cores)  # bits: its SIMD
     versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
     versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
     config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions, **machine)

@@ -698,6 +698,7 @@ def reset_env(env, seed: int):
 
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
 STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and the stop a job scheduler sends
+SCRIPT = os.path.basename(__file__)  # this file, as its run directories name it
 
 
 def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
@@ -848,8 +849,7 @@ def write_config(run_dir: str, args, script: str):  # with everything the number
             cpu.setdefault(key.strip(), value.strip())
     simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    processor = cpu.get("model name", "")  # the bits depend on its SIMD
-    machine = dict(processor=processor, simd=simd, avx512="avx512f" in simd, cores=cores)
+    machine = dict(processor=cpu.get("model name", ""), simd=simd, cores=cores)  # bits: its SIMD
     versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
     versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
     config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions, **machine)
@@ -910,7 +910,7 @@ class Run:
             self.dir = os.path.join(args.out_dir, name)
         try:
             os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))
-            write_config(self.dir, args, "es_openai.py")
+            write_config(self.dir, args, SCRIPT)
             self.file = open(os.path.join(self.dir, "progress.csv"), "w")  # noqa: SIM115 (the run's)
             if not args.resume:  # generation 0 is a snapshot too
                 save_checkpoint(self.dir, self.state, args, snapshot=True)
@@ -1046,8 +1046,7 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
         reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
         check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
     missing = ", ".join(name for name in fields if name not in saved)
-    script = os.path.basename(__file__)
-    check(not missing, f"'{path}' is no checkpoint of {script}: it has no {missing}")
+    check(not missing, f"'{path}' is no checkpoint of {SCRIPT}: it has no {missing}")
     if env_id is not None:
         env = saved["env"]
         check(env == env_id, f"the checkpoint '{path}' is for {env}, not {env_id}")
@@ -1065,14 +1064,13 @@ def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
 
 
 def read_config(run_dir: str) -> dict:  # config.json of a run directory of this script
-    script = os.path.basename(__file__)
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             config = json.load(f)
         by = config["script"]
     except (OSError, ValueError, LookupError, TypeError):  # no such file, not JSON, no "script"
-        check(False, f"'{run_dir}' is not a run directory of {script}")
-    check(by == script, f"'{run_dir}' is a run directory of {by}, not of {script}; use python {by}")
+        check(False, f"'{run_dir}' is not a run directory of {SCRIPT}")
+    check(by == SCRIPT, f"'{run_dir}' is a run directory of {by}, not of {SCRIPT}; use python {by}")
     return config
 
 

@@ -1068,7 +1068,7 @@ def test_command_line_run_snapshots_play_and_evaluate_snapshots(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__es_openai__0__*"))
     cfg = json.loads(Path(run_dir, "config.json").read_text())
     assert cfg["ac_bins"] == 5 and cfg["ac_noise_std"] == 0.01 and cfg["numpy"] == np.__version__
-    assert cfg["script"] == "es_openai.py" and "avx512" in cfg and cfg["sizes"] == [3, 64, 64, 5]
+    assert cfg["script"] == "es_openai.py" and "simd" in cfg and cfg["sizes"] == [3, 64, 64, 5]
     header, *rows = Path(run_dir, "progress.csv").read_text().splitlines()
     assert header.split(",") == eo.COLUMNS and len(rows) == 4 and out.stdout.count("\ngen ") == 4
     snaps = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
