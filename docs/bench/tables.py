@@ -536,38 +536,45 @@ def ars_bipedalwalker() -> list:
     return lines
 
 
-def ars_bipedalwalker_today() -> list:
-    """docs/ars.md: the default command on BipedalWalker-v3, today's code, 40 minutes at most."""
-    rows = sorted(read("ars_bipedalwalker.csv", flags="", variant="limit40min"), key=seed_key)
-    seeds = []
-    for r in rows:
-        play = f"`--play` {played(r)} over {r['play_episodes'] or 0} episodes"
-        if r["reached_iteration"]:
-            seeds.append(
-                f"seed {r['seed']} solved at iteration {r['reached_iteration']} "
-                f"({millions(r['reached_env_steps'])} steps, "
-                f"{duration(float(r['reached_wall_time_s']))}; confirmed "
-                f"{float(r['confirm_return']):.1f}; {play})"
-            )
-        else:
-            seeds.append(
-                f"seed {r['seed']} **not solved** by iteration {r['iterations']} "
-                f"({millions(r['env_steps'])} steps, {duration(float(r['wall_time_s']))}; {play})"
-            )
-    return [
-        f'**Today\'s code**, each seed stopped at 40 minutes at most (`SEEDS="0 1 2" '
-        "TAG=limit40min bash docs/bench/bipedal_walker.sh 2400`; variant limit40min of "
-        f"[ars_bipedalwalker.csv](results/ars_bipedalwalker.csv), {host(rows[0])}, commits "
-        f"{commits(rows)}, {days(rows)}): {'; '.join(seeds)}."
+def ars_bipedalwalker_screens() -> list:
+    """docs/ars.md: every screen of BipedalWalker-v3 (a row with flags), beside the default
+    command's row of the same seed on the same host."""
+    rows = read("ars_bipedalwalker.csv")
+    preset = {(chip(r), r["seed"]): r for r in rows if not r["flags"]}  # the newest, if several
+    lines = [
+        "| screen | flags | host, commits | seed: env steps to a confirmed 300 (the preset's) |",
+        "|---|---|---|---|",
     ]
+    screens = {}
+    for r in rows:
+        if r["flags"]:
+            screens.setdefault((r["variant"], r["flags"], host(r)), []).append(r)
+    for (variant, flags, where), group in screens.items():
+        seeds = []
+        for r in sorted(group, key=seed_key):
+            base = preset.get((chip(r), r["seed"]))
+            seeds.append(f"{r['seed']}: {to_solve(r)} ({to_solve(base) if base else 'no row'})")
+        lines.append(f"| {variant} | {flags} | {where}, {commits(group)} | {'; '.join(seeds)} |")
+    return lines
+
+
+def chip(r: dict) -> tuple:  # what the bits depend on: the processor and its AVX-512
+    return r["processor"], "avx512f" in r["simd"].split()
+
+
+def to_solve(r: dict) -> str:
+    if r["reached_env_steps"]:
+        return millions(r["reached_env_steps"])
+    return f"not by {millions(r['env_steps'])}"
 
 
 def seed_key(r: dict) -> int:
     return int(r["seed"])
 
 
-def old_new(script: str) -> list:
-    """docs/ars.md, docs/es_openai.md: each batch of `old_new.py` (a commit's rows), the script
+def old_new(script: str, newest=None) -> list:
+    """docs/ars.md, docs/es_openai.md: each batch of `old_new.py` (a commit's rows; the newest
+    ones only, if given), the script
     against the code of 8f57846 run in turn: medians over its repetitions of new over old, in
     training steps per second and in the whole process's speed (old seconds over new)."""
     rows = read("throughput.csv", bench=f"old_new.py {script}")
@@ -579,7 +586,7 @@ def old_new(script: str) -> list:
         "2 workers | whole process, 1 worker | 2 workers |",
         "|---|---|---|---|---|---|---|",
     ]
-    for (commit, env), batch in batches.items():
+    for (commit, env), batch in list(batches.items())[-(newest or len(batches)) :]:
         new = f"{script} at {commit}"
         value = {}
         for r in batch:
@@ -613,7 +620,7 @@ def old_new(script: str) -> list:
 
 
 def old_new_ars() -> list:
-    return old_new("ars.py")
+    return old_new("ars.py", newest=3)
 
 
 def old_new_es_openai() -> list:
@@ -695,7 +702,7 @@ TABLES = {
         es_basic_solves,
         es_basic_compare,
         ars_bipedalwalker,
-        ars_bipedalwalker_today,
+        ars_bipedalwalker_screens,
         ars_thresholds,
         ars_triples,
         ars_generic,
