@@ -371,7 +371,7 @@ class Run:
         os.replace(tmp, os.path.join(self.dir, "policy.npz"))
         if c["iteration"]:
             plot(self.dir, f"es_basic.py on {a.env}")
-        ended = sys.stdout if status == "done" else sys.stderr
+        ended = sys.stdout if status in ("target", "done") else sys.stderr
         done = f"{c['episodes']} episodes, {c['env_steps']} env steps"
         print(f"{status} after iteration {c['iteration']}: {done}", file=ended)
         return dict(c, theta=self.theta, status=status, run_dir=self.dir)

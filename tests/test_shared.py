@@ -448,7 +448,7 @@ def test_a_reached_target_is_reported_with_its_episodes_and_env_steps(script, tm
     if script == "es_basic.py":  # the closing line of every run: how it ended
         assert (
             f"target after iteration 1: {result['episodes']} episodes, "
-            f"{result['env_steps']} env steps" in out.err
+            f"{result['env_steps']} env steps" in out.out
         )
         return
     assert (
