@@ -2,7 +2,7 @@
 (2018), "Simple random search provides a competitive approach to reinforcement learning",
 https://arxiv.org/abs/1803.07055; docs/ars.md derives the math, cited below as "Eq. (n)".
 
-    python ars.py --env BipedalWalker-v3                    # walks in about 30 minutes on 2 cores
+    python ars.py --env BipedalWalker-v3                    # walks in 10-30 minutes on 2 cores
     python ars.py --play runs/<run-dir> --episodes 100 --video
 """
 

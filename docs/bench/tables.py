@@ -409,9 +409,12 @@ def glance() -> list:
     walker = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
     solved = [r for r in walker if r["reached_wall_time_s"]]
     minutes = sorted(float(r["reached_wall_time_s"]) / 60 for r in solved)
+    steps = sorted(int(r["reached_env_steps"]) for r in solved)
     lines.append(
-        "| `ars.py` | BipedalWalker-v3, default command | a 100-episode mean of 300 | "
-        f"[{len(solved)} of {len(walker)} seeds, {minutes[0]:.1f}-{minutes[-1]:.1f} minutes; "
+        "| `ars.py` | BipedalWalker-v3, default command, 2 workers | a 100-episode mean of 300 | "
+        f"[{len(solved)} of {len(walker)} seeds: median {statistics.median(minutes):.1f} minutes "
+        f"({minutes[0]:.1f}-{minutes[-1]:.1f}), {millions(statistics.median(steps))} env steps "
+        f"({millions(steps[0])}-{millions(steps[-1])}); "
         f"{host(walker[0])}](docs/ars.md#bipedalwalker-v3-the-default-command) |"
     )
     cells = []
