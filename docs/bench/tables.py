@@ -623,7 +623,7 @@ def old_new(script: str, newest=None) -> list:
 
 
 def old_new_ars() -> list:
-    return old_new("ars.py", newest=3)
+    return old_new("ars.py", newest=2)
 
 
 def old_new_es_openai() -> list:
