@@ -159,15 +159,13 @@ def rollout(
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
     W = M * inv_sigma  # the normalization folded into the matrix: a = W x - W mu, one product
     offset = -W @ mu
-    low = -np.inf  # --actions raw, as in the official code (MuJoCo charges control on them)
-    high = np.inf
+    low, high = -np.inf, np.inf  # --actions raw, as the official code (MuJoCo charges for them)
     if clip_actions:  # float64 bounds, as a is: np.maximum of float64 and float32 costs 2x more
         low = env.action_space.low.astype(np.float64)
         high = env.action_space.high.astype(np.float64)
     x, _ = reset_env(env, env_seed)
     observed = [x] if keep_obs else None
-    total = 0.0
-    shaped = 0.0
+    total, shaped = 0.0, 0.0  # the return, and Eq. (3)'s shaped return
     steps = 0
     while True:  # the hot path: np.clip(W @ x + offset, low, high) in place, in fewer calls
         a = np.dot(W, x)
@@ -333,8 +331,7 @@ def configure(args) -> argparse.Namespace:
         env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
-    obs = env.observation_space
-    act = env.action_space
+    obs, act = env.observation_space, env.action_space
     takes = "ARS takes a flat Box of observations and Box actions (discrete: es_basic.py)"
     ok = isinstance(act, gym.spaces.Box) and len(obs.shape or ()) == 1
     check(ok, f"{args.env} has {act} actions: {takes}")
@@ -525,8 +522,7 @@ class Run:
     def log(self, state: dict, info: dict, ev, confirm):
         a = self.args
         it = state["iteration"]
-        R = info["returns"]
-        L = info["lengths"]
+        R, L = info["returns"], info["lengths"]  # of the 2N training episodes
         state["wall_time"] = time.time() - self.t0
         speed = L.sum() / info["seconds"]
         if ev is None:
