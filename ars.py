@@ -46,8 +46,7 @@ PRESETS = {
 PRESETS["BipedalWalker-v3"].update(eval_episodes=20, target_return=300.0, confirm_episodes=100)
 GENERIC = dict(env="BipedalWalker-v3", seed=0, out_dir="runs", iterations=300, save_every=10)
 GENERIC.update(alpha=0.05, nu=0.1, n_directions=32, top_b=16, version=2, actions="clipped")
-GENERIC.update(shift=0.0, reward_clip=0.0, clip_until=math.inf, eval_every=10, eval_episodes=10)
-GENERIC.update(confirm_episodes=0)
+GENERIC.update(shift=0.0, reward_clip=0.0, eval_every=10, eval_episodes=10, confirm_episodes=0)
 # What --resume takes again: where a run goes on, or its step sizes.
 STEER = "iterations workers target_return save_every video_every alpha nu ray ray_address".split()
 
@@ -71,7 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
     a("--version", type=int, choices=(1, 2), help="1: a = M x; 2: a = M (x - mu) / sigma")
     a("--shift", type=float, help="survival bonus subtracted from training rewards (typ. 0-5)")
     a("--reward-clip", type=float, help="training rewards clipped to [-c, c]; 0: off")
-    a("--clip-until", type=float, help="R: the clip ends once an evaluation's mean reaches R")
     a("--actions", choices=("clipped", "raw"), help="clipped to the action space, or raw (Eq. 2)")
     a("--episode-length", type=n(1), help="H, steps per episode (default: the time limit)")
     a("--workers", type=n(1), help="rollout processes (default: the cores, or Ray's CPUs)")
@@ -259,8 +257,6 @@ def train(args) -> dict:
     state, reached = run.state, False
     try:
         while state["iteration"] < args.iterations:
-            if run.best >= args.clip_until:  # it walks: no clip from here on ("Why c = 10")
-                args.reward_clip = 0.0
             new, info = ars_iteration(run.pool, state, args)  # N pairs, Eqs. (3)-(6)
             if not info["finite"]:
                 return run.end(state, "diverged")  # the last good state is checkpointed
