@@ -141,8 +141,7 @@ def rollout(env, theta: np.ndarray, args, seeds: np.random.Generator) -> tuple:
     """One episode of the policy theta, on an environment seed drawn from seeds: (R, length)."""
     layers = unflatten(theta, args.sizes)
     obs, _ = env.reset(seed=int(seeds.integers(2**31)))
-    total = 0.0
-    steps = 0
+    total, steps = 0.0, 0  # the return R and the episode's length
     while True:
         action = act(layers, obs, args.activation, env.action_space)
         obs, r, terminated, truncated, _ = env.step(action)
@@ -236,8 +235,7 @@ def configure(args) -> argparse.Namespace:  # the preset, what no one flag can c
         env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
-    obs = env.observation_space
-    act = env.action_space
+    obs, act = env.observation_space, env.action_space
     box = isinstance(act, gym.spaces.Box) and np.isfinite(np.r_[act.low, act.high]).all()
     ok = len(obs.shape or ()) == 1 and (box or isinstance(act, gym.spaces.Discrete))
     takes = "es_basic.py takes Box observations, Discrete or bounded Box actions"
