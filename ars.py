@@ -157,7 +157,7 @@ def rollout(
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
     W = M * inv_sigma  # the normalization folded into the matrix: a = W x - W mu, one product
     offset = -W @ mu
-    low, high = -np.inf, np.inf  # --actions raw, as the official code (MuJoCo charges for them)
+    low, high = -np.inf, np.inf  # --actions raw, as official code (MuJoCo's control cost on them)
     if clip_actions:  # float64 bounds, as a is: np.maximum of float64 and float32 costs 2x more
         low = env.action_space.low.astype(np.float64)
         high = env.action_space.high.astype(np.float64)
