@@ -545,8 +545,9 @@ def ars_bipedalwalker_screens() -> list:
     rows = read("ars_bipedalwalker.csv")
     preset = {(chip(r), r["seed"]): r for r in rows if not r["flags"]}  # the newest, if several
     lines = [
-        "| screen | flags | host, commits | seed: env steps to a confirmed 300 (the preset's) |",
-        "|---|---|---|---|",
+        "| screen | flags | host, commits | seed: env steps to a confirmed 300 (the preset's) "
+        "| seeds with fewer steps than the preset |",
+        "|---|---|---|---|---|",
     ]
     screens = {}
     for r in rows:
@@ -554,11 +555,30 @@ def ars_bipedalwalker_screens() -> list:
             screens.setdefault((r["variant"], r["flags"], host(r)), []).append(r)
     for (variant, flags, where), group in screens.items():
         seeds = []
+        signs = []  # per seed: True if fewer steps than the preset's, False if more, None unknown
         for r in sorted(group, key=seed_key):
             base = preset.get((chip(r), r["seed"]))
             seeds.append(f"{r['seed']}: {to_solve(r)} ({to_solve(base) if base else 'no row'})")
-        lines.append(f"| {variant} | {flags} | {where}, {commits(group)} | {'; '.join(seeds)} |")
+            if base:
+                signs.append(fewer_steps(r, base))
+        known = [sign for sign in signs if sign is not None]
+        fewer = f"{sum(known)} of {len(known)}" if known else "no seed to compare"
+        lines.append(
+            f"| {variant} | {flags} | {where}, {commits(group)} | {'; '.join(seeds)} | {fewer} |"
+        )
     return lines
+
+
+def fewer_steps(r: dict, base: dict):
+    """True if run r solved in fewer env steps than base, False if in more, None if the rows
+    cannot tell (a run stopped unsolved before the other's count)."""
+    steps = int(r["reached_env_steps"] or r["env_steps"])
+    base_steps = int(base["reached_env_steps"] or base["env_steps"])
+    if r["reached_env_steps"] and (base["reached_env_steps"] or steps <= base_steps):
+        return steps < base_steps
+    if base["reached_env_steps"] and steps >= base_steps:
+        return False
+    return None
 
 
 def chip(r: dict) -> tuple:  # what the bits depend on: the processor and its AVX-512
