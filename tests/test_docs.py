@@ -242,6 +242,7 @@ def test_every_results_table_is_rendered_from_its_rows():
         (("", "9.0"), ("8.0", "8.0"), False),  # stopped unsolved past the preset's count
         (("", "5.0"), ("8.0", "8.0"), None),  # stopped before it: it cannot tell
         (("7.0", "7.0"), ("", "9.0"), True),  # solved before the preset was stopped unsolved
+        (("9.0", "9.0"), ("", "9.0"), True),  # solved at the count the preset was stopped at
         (("9.5", "9.5"), ("", "9.0"), None),
         (("", "5.0"), ("", "9.0"), None),
     ],

@@ -574,9 +574,11 @@ def fewer_steps(r: dict, base: dict):
     cannot tell (a run stopped unsolved before the other's count)."""
     steps = int(r["reached_env_steps"] or r["env_steps"])
     base_steps = int(base["reached_env_steps"] or base["env_steps"])
-    if r["reached_env_steps"] and (base["reached_env_steps"] or steps <= base_steps):
+    if r["reached_env_steps"] and base["reached_env_steps"]:
         return steps < base_steps
-    if base["reached_env_steps"] and steps >= base_steps:
+    if r["reached_env_steps"] and steps <= base_steps:  # base was still unsolved at r's count
+        return True
+    if base["reached_env_steps"] and steps >= base_steps:  # r was still unsolved at base's count
         return False
     return None
 
