@@ -175,10 +175,14 @@ def test_the_readme_is_short_and_starts_with_the_commands():
 
 @pytest.mark.parametrize(
     "page, budget",
-    [("es_basic.md", 300), ("ars.md", 450), ("es_openai.md", 600), ("nes_exercise.md", 250)],
+    [("es_basic.md", 291), ("ars.md", 384), ("es_openai.md", 569), ("nes_exercise.md", 241)],
 )
 def test_each_docs_page_keeps_its_budget(page, budget):
-    assert Path(ROOT, "docs", page).read_text().count("\n") <= budget
+    """The prose: the lines outside the tables that docs/bench/tables.py renders from the rows of
+    docs/results, which grow with every run recorded (a screen is a row, not a paragraph)."""
+    text = Path(ROOT, "docs", page).read_text()
+    rendered = re.findall(r"<!-- table: \S+ -->\n(.*?)<!-- end table -->", text, re.S)
+    assert text.count("\n") - sum(block.count("\n") for block in rendered) <= budget
 
 
 def test_the_tree_stays_small():
