@@ -9,19 +9,25 @@ Learning", Algorithm 1, https://arxiv.org/abs/1703.03864; docs/es_basic.md deriv
 import argparse
 import contextlib
 import csv
-import ctypes
 import functools
+import io
 import json
 import math
+import multiprocessing
+import multiprocessing.connection
 import os
+import shlex
 import signal
-import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
 
-import gymnasium as gym
-import numpy as np
+if __name__ == "__main__":  # a Ctrl-C while the libraries below load: exit status 130, at once
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
 # sigma: noise std, alpha: step size, population n: episodes per iteration (docs/es_basic.md)
@@ -35,35 +41,41 @@ PRESETS = {
 }
 # What a preset leaves unset, and every other environment:
 GENERIC = dict(sigma=0.1, alpha=0.03, population=50, hidden=(16,), iterations=200)
-GENERIC.update(eval_every=10, eval_episodes=20)
+GENERIC.update(eval_every=10, eval_episodes=20, target_return=None)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def preset(env_id: str) -> dict:  # the defaults of the flags a preset sets
+    return {**GENERIC, **PRESETS.get(env_id, {})}
+
+
+def build_parser(env_id: str = "CartPole-v1") -> argparse.ArgumentParser:
     p = Parser(
         prog="es_basic.py",
-        description=__doc__.split("\n")[0],
-        epilog=f"presets: {PRESETS}; unset by a preset, and any other environment: {GENERIC}",
+        description=f"{__doc__.splitlines()[0]} The defaults shown are {env_id}'s preset.",
+        epilog=preset_table(),
+        formatter_class=HelpFormatter,
     )
     a = p.add_argument  # the types (below the banner) refuse impossible values in one line
-    a("--env", default="CartPole-v1", help="default CartPole-v1; Discrete or bounded Box actions")
-    a("--seed", type=at_least(0), default=0, help="decides every random number (default 0)")
-    a("--iterations", type=at_least(1), help="updates of theta (preset)")
+    a("--env", default="CartPole-v1", help="Box observations, Discrete or bounded Box actions")
+    a("--seed", type=at_least(0), default=0, help="decides every random number")
+    a("--iterations", type=at_least(1), help="updates of theta")
     a("--sigma", type=at_least(0, float), help="σ, std of the parameter noise (typ. 0.02-0.2)")
     a("--alpha", type=at_least(0, float), help="α, step size (typ. 0.01-0.1)")
     a("--population", type=at_least(2), help="n, episodes per iteration, even if mirrored")
     a("--no-mirror", dest="mirror", action="store_false", help="n independent eps_i, no pairs")
     a("--fitness", choices=("rank", "standardize", "none"), default="rank", help="Eq. (4)")
     a("--weight-decay", type=float, default=0.0, help="λ, L2 coefficient (typ. 0-0.01)")
-    a("--hidden", type=sizes, help="hidden layer sizes: 16, 64,64, or '' for linear (preset)")
+    a("--hidden", type=sizes, help="hidden layer sizes: 16, 64,64, or '' for linear")
     a("--activation", choices=("tanh", "relu"), default="tanh", help="hidden nonlinearity")
-    a("--workers", type=at_least(1), default=1, help="processes for the episodes (default 1)")
-    a("--out-dir", default="runs", help="where run directories are made (default runs)")
-    a("--eval-every", type=at_least(1), help="evaluate theta every K iterations (preset)")
-    a("--eval-episodes", type=at_least(1), help="episodes per evaluation (preset)")
-    a("--target-return", type=float, help="stop once an evaluation's mean reaches it (preset)")
+    a("--workers", type=at_least(1), default=1, help="processes for the episodes")
+    a("--out-dir", default="runs", help="where run directories are made")
+    a("--eval-every", type=at_least(1), help="evaluate theta every K iterations")
+    a("--eval-episodes", type=at_least(1), help="episodes per evaluation")
+    a("--target-return", type=float, help="stop once an evaluation's mean reaches it")
     a("--play", metavar="RUN_DIR", help="evaluate the policy saved in RUN_DIR, then exit")
-    a("--episodes", type=at_least(1), default=10, help="episodes for --play (default 10)")
+    a("--episodes", type=at_least(1), default=10, help="episodes for --play")
     a("--video", action="store_true", help="with --play: RUN_DIR/video/<env>.gif of one episode")
+    p.set_defaults(**preset(env_id))
     return p
 
 
@@ -157,45 +169,48 @@ def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
     i = j // 2 if args.mirror else j
     sign = -1.0 if args.mirror and j % 2 else 1.0
     theta_j = theta + sign * args.sigma * sample_eps(args.seed, t, i, theta.size)
-    return rollout(env_of(args.env), theta_j, args, stream(args.seed, ENV, t, i))
+    env = gym.make(args.env)  # a new one each episode: no state from the episodes before
+    return rollout(env, theta_j, args, stream(args.seed, ENV, t, i))
 
 
 def eval_episode(args, theta: np.ndarray, t: int, k: int) -> tuple:
     """Evaluation episode k of theta itself, on the evaluation seeds of iteration t."""
-    return rollout(env_of(args.env), theta, args, stream(args.seed, EVAL, t, k))
+    return rollout(gym.make(args.env), theta, args, stream(args.seed, EVAL, t, k))
 
 
 # ---- training: Algorithm 1 (docs/es_basic.md, "Pseudocode") ----
 def train(args) -> dict:
     n = args.population
     theta = np.zeros(n_weights(args.sizes))  # theta_0 = 0, as in the NES exercise: (d,)
-    run = Run(args, theta)  # the run directory, the progress line, the workers (below)
-    try:
-        for t in range(args.iterations):
-            R, lengths = run.episodes(member_episode, theta, t, n)  # (n,): R_j, Eq. (2)
-            F = shape_fitness(R, args.fitness)  # Eq. (4)
-            m = n // 2 if args.mirror else n
-            eps = np.stack([sample_eps(args.seed, t, i, theta.size) for i in range(m)])  # (m, d)
-            g = es_gradient(eps, F, args.sigma, args.mirror)  # Eqs. (3), (5)
-            # Eq. (6), a plain gradient step (deviation: the paper's reference code uses Adam)
-            theta = theta + args.alpha * g - args.alpha * args.weight_decay * theta
-            if not (np.isfinite(theta).all() and np.isfinite(R).all()):
-                return run.end("diverged")  # the saved policy stays the last logged one
-            ev = None
-            if (t + 1) % args.eval_every == 0 or t + 1 == args.iterations:
-                ev, _ = run.episodes(eval_episode, theta, t + 1, args.eval_episodes)
-            run.log(theta, R, lengths, g, ev)  # progress.csv, the progress line, the policy
-            target = args.target_return
-            if ev is not None and target is not None and ev.mean() >= target:
-                return run.end("target")
-        return run.end("done")
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run ends with what it logged
-        return run.end("interrupted")
-    except BrokenExecutor:  # a worker process died: the same, with exit status 1
-        return run.end("stopped: a worker process died")
+    with Run(args, theta) as run:  # the run directory, the progress line, the workers (below)
+        try:
+            for t in range(args.iterations):
+                if STOP.is_set():  # Ctrl-C or SIGTERM: the run ends with what it logged
+                    return run.end("interrupted")
+                R, lengths = run.episodes(member_episode, theta, t, n)  # (n,): R_j, Eq. (2)
+                F = shape_fitness(R, args.fitness)  # Eq. (4)
+                m = n // 2 if args.mirror else n
+                eps = np.stack(
+                    [sample_eps(args.seed, t, i, theta.size) for i in range(m)]
+                )  # (m, d)
+                g = es_gradient(eps, F, args.sigma, args.mirror)  # Eqs. (3), (5)
+                # Eq. (6), a plain gradient step (deviation: the paper's reference code uses Adam)
+                theta = theta + args.alpha * g - args.alpha * args.weight_decay * theta
+                if not (np.isfinite(theta).all() and np.isfinite(R).all()):
+                    return run.end("diverged")  # the saved policy stays the last logged one
+                ev = None
+                if (t + 1) % args.eval_every == 0 or t + 1 == args.iterations:
+                    ev, _ = run.episodes(eval_episode, theta, t + 1, args.eval_episodes)
+                run.log(theta, R, lengths, g, ev)  # progress.csv, policy.npz, the progress line
+                target = args.target_return
+                if ev is not None and target is not None and ev.mean() >= target:
+                    return run.end("target")
+            return run.end("done")
+        except BrokenExecutor:  # a worker process died: the run ends with what it logged
+            return run.end("interrupted" if STOP.is_set() else "a worker process died")
 
 
-# ---- plumbing: checks, workers, run directory, plot, --play, main (not the algorithm) ----
+# ---- plumbing: the command line, stops, workers, run directory, --play (not the algorithm) ----
 class Parser(argparse.ArgumentParser):
     """argparse, with a user's mistake in one line: 'SCRIPT: error: ... (see --help)', status 2."""
 
@@ -203,9 +218,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
-    if not ok:
-        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows every flag's default, and the presets as the table written below."""
+
+
+def preset_table() -> str:  # --help's epilog: a row per preset
+    rows = [["--env", *GENERIC]]
+    for env_id in [*PRESETS, "any other"]:
+        rows.append([env_id, *(str(value) for value in preset(env_id).values())])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    return "presets (a flag overrides its preset):\n  " + "\n  ".join(table)
 
 
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
@@ -224,18 +247,28 @@ def sizes(text: str) -> tuple:  # --hidden 64,64 -> (64, 64); '' -> () for a lin
     return tuple(at_least(1)(h) for h in text.split(",") if h.strip())
 
 
-def configure(args) -> argparse.Namespace:  # the preset, what no one flag can check, the layers
-    preset = {**GENERIC, **PRESETS.get(args.env, {})}
-    for key, value in preset.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
+    if not ok:
+        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
+
+
+def parse(argv: list) -> argparse.Namespace:  # the flags, over the preset of --env
+    env = argparse.ArgumentParser(add_help=False)
+    env.add_argument("--env", default="CartPole-v1")
+    args = build_parser(env.parse_known_args(argv)[0].env).parse_args(argv)
+    args.argv = argv
+    return args
+
+
+def configure(args) -> argparse.Namespace:  # what no one flag can check; the layer sizes
     even = not args.mirror or args.population % 2 == 0
     check(even, "--population must be even with mirrored sampling (or add --no-mirror)")
     try:
         env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
-    obs, act = env.observation_space, env.action_space
+    obs = env.observation_space
+    act = env.action_space
     box = isinstance(act, gym.spaces.Box) and np.isfinite(np.r_[act.low, act.high]).all()
     ok = len(obs.shape or ()) == 1 and (box or isinstance(act, gym.spaces.Discrete))
     takes = "es_basic.py takes Box observations, Discrete or bounded Box actions"
@@ -244,50 +277,35 @@ def configure(args) -> argparse.Namespace:  # the preset, what no one flag can c
     return args
 
 
-@functools.cache
-def env_of(env_id: str):  # this process's environment, made for its first episode
-    return gym.make(env_id)
+STOP = threading.Event()  # set by Ctrl-C or SIGTERM; train() ends the run after the iteration
 
 
-PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
-STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and the stop a job scheduler sends
+def on_stop(signum, frame):  # the first stop sets STOP; a second ends the process at once
+    if STOP.is_set():
+        os._exit(130)
+    STOP.set()
 
 
-def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
+def init_worker():  # a worker: Ctrl-C is its master's to act on, and it ends with its master
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # forked inside stops_held()
-    if sys.platform == "linux":  # even a master killed with SIGKILL
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    master = multiprocessing.parent_process().sentinel  # ready once the master has ended
+    threading.Thread(target=exit_after, args=(master,), daemon=True).start()
 
 
-@contextlib.contextmanager
-def stops_held():
-    """Ctrl-C and SIGTERM wait while the workers' queues are in use (a KeyboardInterrupt raised
-    inside them could leave a lock taken, and the run hang at its end), then raise as it ends."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+def exit_after(sentinel):  # even a master killed with SIGKILL leaves no worker behind
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
+
+
+def write_file(path: str, data: bytes):  # whole or not at all: a temporary file, then renamed
     try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
-    here = os.path.dirname(os.path.abspath(__file__))
-    git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
-    cpu = {}  # Linux: the first processor's "model name", "flags", ...
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            cpu.setdefault(key.strip(), value.strip())
-    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    machine = dict(processor=cpu.get("model name", ""), simd=simd, cores=cores)  # bits: its SIMD
-    versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
-    versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
-    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions, **machine)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(config, f, default=str)
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    except OSError as e:  # a full disk: the file as it was, no temporary file, its path named
+        with contextlib.suppress(OSError):
+            os.remove(path + ".tmp")
+        raise OSError(e.errno, e.strerror, path) from None
 
 
 COLUMNS = (
@@ -297,19 +315,24 @@ COLUMNS = (
 
 
 class Run:
-    """The run directory, the progress line, and the workers (theta out, returns back)."""
+    """The run directory and its files, the progress line, the workers (theta out, returns back)."""
 
     def __init__(self, args, theta):
         name = f"{args.env}__es_basic__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
         self.dir = os.path.join(args.out_dir, name)
         os.makedirs(self.dir)  # an OSError here: one line (main)
-        write_config(self.dir, args, "es_basic.py")
-        self.file = open(os.path.join(self.dir, "progress.csv"), "w")  # noqa: SIM115 (the run's)
-        self.csv = csv.DictWriter(self.file, COLUMNS, lineterminator="\n")
-        self.csv.writeheader()
+        versions = dict(
+            python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__
+        )
+        versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
+        command = shlex.join(["python", "es_basic.py", *args.argv])  # the same run again
+        config = dict(vars(args), **versions, command=command)
+        write_file(os.path.join(self.dir, "config.json"), json.dumps(config, indent=1).encode())
         self.args = args
-        self.theta = theta
+        self.rows = []  # progress.csv: a dict per iteration
+        self.layers = dict(env=args.env, sizes=args.sizes, activation=args.activation)
         self.counts = dict(iteration=0, episodes=0, env_steps=0)  # so far
+        self.save(theta)  # policy.npz holds theta_0 until an iteration is logged
         self.t0 = time.time()
         self.last = 0.0  # when the last iteration was logged
         self.ev = np.nan  # the last evaluation's mean, shown until the next one
@@ -318,22 +341,39 @@ class Run:
             self.pool = ProcessPoolExecutor(args.workers, initializer=init_worker)
         print(f"run directory: {self.dir}", flush=True)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):  # however train() ends, the workers stop
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
+
     def episodes(self, episode, theta: np.ndarray, t: int, n: int) -> tuple:
         """(returns, lengths) of episode(args, theta, t, j) for j < n, in the order of j."""
         play = functools.partial(episode, self.args, theta, t)  # theta travels once per chunk
         if self.pool is None:
             out = list(map(play, range(n)))
         else:
-            with stops_held():
-                out = list(self.pool.map(play, range(n), chunksize=-(-n // self.args.workers)))
+            chunk = -(-n // self.args.workers)  # one chunk per worker
+            try:
+                out = list(self.pool.map(play, range(n), chunksize=chunk))
+            except BrokenExecutor:  # one died: the others end too (a pool broken as it starts
+                for worker in multiprocessing.active_children():  # its workers may not end them)
+                    worker.terminate()
+                raise
         returns, lengths = zip(*out)
         return np.array(returns), np.array(lengths)
 
-    def log(self, theta, R, lengths, g, ev):
+    def save(self, theta):  # policy.npz: what --play needs, and nothing to unpickle
+        self.theta = theta
+        policy = io.BytesIO()
+        np.savez(policy, theta=theta, iteration=self.counts["iteration"], **self.layers)
+        write_file(os.path.join(self.dir, "policy.npz"), policy.getvalue())
+
+    def log(self, theta, R, lengths, g, ev):  # progress.csv, policy.npz, the progress line
         took = time.time() - self.t0
         speed = lengths.sum() / (took - self.last)  # the iteration's steps per second
         self.last = took
-        self.theta = theta
         c = self.counts
         c["iteration"] += 1
         c["episodes"] += len(R)
@@ -347,8 +387,13 @@ class Run:
         row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
         row.update(grad_norm=np.linalg.norm(g), theta_norm=np.linalg.norm(theta))
         row.update(mean_length=lengths.mean(), elite=(R > R.mean()).sum())
-        self.csv.writerow(row)
-        self.file.flush()
+        self.rows.append(row)
+        text = io.StringIO()
+        table = csv.DictWriter(text, COLUMNS, lineterminator="\n")
+        table.writeheader()
+        table.writerows(self.rows)
+        write_file(os.path.join(self.dir, "progress.csv"), text.getvalue().encode())
+        self.save(theta)
         eta = (self.args.iterations / c["iteration"] - 1) * took
         print(
             f"it {c['iteration']:5d} | eps {c['episodes']:7d} | steps {c['env_steps']:10,d}"
@@ -357,28 +402,21 @@ class Run:
             flush=True,
         )
 
-    def end(self, status: str) -> dict:  # the workers stop; policy.npz, progress.png; the result
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
-        self.file.close()
-        a = self.args
+    def end(self, status: str) -> dict:  # progress.png, the closing line, the result
         c = self.counts
-        policy = dict(theta=self.theta, iteration=c["iteration"], env=a.env, sizes=a.sizes)
-        tmp = os.path.join(self.dir, "tmp.npz")  # written whole, then renamed
-        np.savez(tmp, **policy, activation=a.activation)
-        os.replace(tmp, os.path.join(self.dir, "policy.npz"))
-        if c["iteration"]:
-            plot(self.dir, f"es_basic.py on {a.env}")
+        if self.rows:
+            png = plot(self.rows, f"es_basic.py on {self.args.env}")
+            write_file(os.path.join(self.dir, "progress.png"), png)
         ended = sys.stdout if status in ("target", "done") else sys.stderr
         done = f"{c['episodes']} episodes, {c['env_steps']} env steps"
         print(f"{status} after iteration {c['iteration']}: {done}", file=ended)
         return dict(c, theta=self.theta, status=status, run_dir=self.dir)
 
 
-def plot(run_dir: str, title: str):  # progress.png: returns, and elite members below them
+def plot(rows: list, title: str) -> bytes:  # the learning curve; elite members below it
     from matplotlib.figure import Figure
 
-    c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
+    c = {key: np.array([row[key] for row in rows], dtype=float) for key in COLUMNS}
     ok = ~np.isnan(c["eval_return_mean"])
     fig = Figure((7, 5))  # fixed margins: a tight layout costs as much as the drawing
     margins = dict(left=0.12, right=0.97, bottom=0.1, top=0.94, hspace=0.25)
@@ -390,75 +428,74 @@ def plot(run_dir: str, title: str):  # progress.png: returns, and elite members 
     top.legend(loc="lower right")
     low.plot(c["env_steps"], c["elite"], color="gray")
     low.set(xlabel="environment steps", ylabel="elite members", ylim=(0, None))
-    fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=90)
+    return image.getvalue()
 
 
 def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video films the first
     path = os.path.join(args.play, "policy.npz")  # it names its environment and layers
-    policy = read_policy(path)
-    args.env = str(policy["env"])
-    args.activation = str(policy["activation"])
-    sizes = [int(n) for n in np.ravel(policy["sizes"])]
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            theta = f["theta"]
+            args.env = str(f["env"])
+            args.activation = str(f["activation"])
+            sizes = [int(n) for n in f["sizes"]]
+            iteration = int(f["iteration"])
+    except Exception as e:  # missing, not a zip, cut short, pickled, not es_basic.py's
+        check(False, f"cannot read the policy '{path}' ({type(e).__name__}: {e})")
     args.hidden = tuple(sizes[1:-1])
     configure(args)  # the environment's layer sizes, which the policy's must be
-    theta = policy["theta"]
     fits = sizes == args.sizes and theta.shape == (n_weights(sizes),)
     check(fits, f"the policy '{path}' does not fit {args.env}'s layers {args.sizes}")
     if args.video:
-        from PIL import Image  # comes with matplotlib
-
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
+        if sys.platform == "linux":  # MuJoCo draws without a display; elsewhere, the system's GL
+            os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
         env = gym.wrappers.RenderCollection(gym.make(args.env, render_mode="rgb_array"))
         rollout(env, theta, args, stream(args.seed, EVAL, 10**6, 0))  # the first episode below
+        os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
         path = os.path.join(args.play, "video", f"{args.env}.gif")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        # every second frame RenderCollection kept (one a step), at half size, 12.5 per second
-        images = [Image.fromarray(frame[::2, ::2]) for frame in env.render()[::2]]
-        images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
+        write_file(path, gif(env.render()))
         print(f"video: {path}", flush=True)
     R = np.array([eval_episode(args, theta, 10**6, k)[0] for k in range(args.episodes)])
     print(
         f"{args.env}: mean return {R.mean():.1f} +- {R.std():.1f} over {len(R)} episodes "
-        f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {int(policy['iteration'])}"
+        f"(min {R.min():.1f}, max {R.max():.1f}), policy of iteration {iteration}"
     )
     return R
 
 
-def read_policy(path: str) -> dict:  # policy.npz, checked: a damaged file is one line, status 2
-    check(os.path.isfile(path), f"there is no file '{path}'")
-    names = ("theta", "iteration", "env", "sizes", "activation")  # as Run.end saves them
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            policy = {name: f[name] for name in names}
-    except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled, an array missing
-        reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
-        check(False, f"cannot read the policy '{path}': {type(e).__name__}: {reason}")
-    damaged = f"the policy '{path}' is damaged"
-    counts = np.append(policy["iteration"], policy["sizes"])
-    check(counts.dtype.kind in "iu" and (counts >= 0).all(), f"{damaged}: a count is not >= 0")
-    theta = policy["theta"]
-    check(theta.dtype.kind == "f" and np.isfinite(theta).all(), f"{damaged}: theta is not finite")
-    return policy
+def gif(frames: list) -> bytes:  # every second frame (one a step), at half size, 12.5 per second
+    from PIL import Image  # comes with matplotlib
+
+    images = [Image.fromarray(frame[::2, ::2]) for frame in frames[::2]]
+    data = io.BytesIO()
+    images[0].save(data, format="GIF", save_all=True, append_images=images[1:], duration=80, loop=0)
+    return data.getvalue()
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse(sys.argv[1:] if argv is None else list(argv))
+    stops = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
         if args.play is not None:
             return play(args)
+        STOP.clear()
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTERM, on_stop)  # the stop a job scheduler sends
         result = train(configure(args))
-    except OSError as e:  # a folder that takes no file
+    except OSError as e:  # a folder that takes no file, a full disk
         check(False, f"cannot write {e.filename}: {e.strerror}")
-    except KeyboardInterrupt:  # during --play, or while a run starts
-        sys.exit(130)
+    finally:  # a notebook's Ctrl-C works as before
+        signal.signal(signal.SIGINT, stops[0])
+        signal.signal(signal.SIGTERM, stops[1])
     if result["status"] == "interrupted":
         sys.exit(130)
-    if result["status"] not in ("done", "target"):
+    if result["status"] != "done" and result["status"] != "target":
         sys.exit(1)  # NaN or inf, or a worker process died
     return result
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
     main()

@@ -8,7 +8,24 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+START_METHODS = ("fork", "forkserver", "spawn")  # Linux to 3.13, Linux from 3.14, macOS and Windows
+SITE = os.path.join(ROOT, "tests", "site")  # its sitecustomize.py applies START_METHOD
+
+
+def with_start_method(method: str, **more) -> dict:
+    """The environment of a subprocess whose multiprocessing starts processes by `method`."""
+    path = os.pathsep.join([SITE, os.environ.get("PYTHONPATH", "")])
+    return dict(os.environ, START_METHOD=method, PYTHONPATH=path, **more)
+
+
 def pytest_configure(config):
+    # START_METHOD=spawn python -m pytest: the suite under another platform's start method, in
+    # this process and in every Python it starts.
+    if os.environ.get("START_METHOD"):
+        import multiprocessing
+
+        multiprocessing.set_start_method(os.environ["START_METHOD"], force=True)
+        os.environ.update(with_start_method(os.environ["START_METHOD"]))
     # Not this repository's to fix: Box2D's SWIG wrapper (imported by BipedalWalker and LunarLander)
     # warns on import under Python 3.11+.
     config.addinivalue_line(
@@ -76,6 +93,25 @@ def left_in_session(sid: int) -> str:
     out = subprocess.run(["ps", "-s", str(sid), "-o", "pid=,stat=,args="], capture_output=True)
     lines = out.stdout.decode().splitlines()
     return "\n".join(line for line in lines if line.split()[1][0] != "Z")
+
+
+def workers_in(sid: int) -> list:
+    """The worker processes of the run in session sid: its processes with no children of their
+    own but the master and multiprocessing's resource tracker."""
+    out = subprocess_run(["ps", "-s", str(sid), "-o", "pid=,ppid=,args="])
+    procs = [line.split(None, 2) for line in out.splitlines()]
+    parents = {ppid for _, ppid, _ in procs}
+    return [
+        int(pid)
+        for pid, _, args in procs
+        if pid not in parents and int(pid) != sid and "resource_tracker" not in args
+    ]
+
+
+def subprocess_run(argv) -> str:
+    import subprocess
+
+    return subprocess.run(argv, capture_output=True, text=True).stdout
 
 
 class InlineExecutor:

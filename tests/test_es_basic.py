@@ -6,6 +6,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import ROOT, refused
+from conftest import ROOT, START_METHODS, left_in_session, refused, with_start_method, workers_in
 
 import es_basic as es
 
@@ -35,7 +36,7 @@ def config(*flags, **kw):
     argv = list(flags)
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    return es.configure(es.build_parser().parse_args(argv))
+    return es.configure(es.parse(argv))
 
 
 def rows(run_dir) -> list:
@@ -232,8 +233,8 @@ def test_members_are_theta_plus_and_minus_sigma_eps(monkeypatch):
     monkeypatch.setattr(
         es, "rollout", lambda env, theta, args, seeds, frames=None: played.append(theta) or (0.0, 1)
     )
-    monkeypatch.setattr(es, "env_of", lambda env_id: None)
-    args = es.build_parser().parse_args(["--sigma", "0.5", "--seed", "2"])
+    monkeypatch.setattr(es.gym, "make", lambda env_id: None)
+    args = es.parse(["--sigma", "0.5", "--seed", "2"])
     theta, eps = np.ones(3), [es.sample_eps(2, 7, i, 3) for i in range(2)]
     for j in range(4):
         es.member_episode(args, theta, 7, j)
@@ -292,7 +293,7 @@ def test_both_members_of_a_mirrored_pair_start_from_one_environment_seed():
     from test_ars import SeedRecorder  # records every reset's seed
 
     SeedRecorder.seeds.clear()
-    args = es.build_parser().parse_args([])
+    args = es.parse([])
     args.sizes, args.mirror, args.sigma, args.env = [1, 2], True, 0.1, "SeedRecorder-v0"
     for j in range(4):  # the pairs +/- eps_0 and +/- eps_1
         es.member_episode(args, np.zeros(4), 0, j)
@@ -306,24 +307,25 @@ def test_both_members_of_a_mirrored_pair_start_from_one_environment_seed():
     assert SeedRecorder.seeds == [int(es.stream(args.seed, es.EVAL, 3, 1).integers(2**31))]
 
 
-def test_an_interrupted_run_keeps_what_it_logged(tmp_path, monkeypatch):
-    """Ctrl-C during the evaluation of iteration 4: the log ends at 3, and policy.npz holds the
-    theta of iteration 3, the same bits as a run of 3 iterations."""
-    three = run(tmp_path / "three", iterations=3, eval_every=100)
+def test_a_stop_ends_the_run_after_its_iteration(tmp_path, monkeypatch):
+    """Ctrl-C during the evaluation of iteration 4: that iteration is finished and logged, then
+    the run ends; policy.npz holds the theta of iteration 4, the same bits as a run of 4."""
+    four = run(tmp_path / "four", iterations=4, eval_every=100)
     evaluation = es.eval_episode
 
     def interrupted(args, theta, t, k):
-        if t == 4:
-            raise KeyboardInterrupt
+        if t == 4 and k == 0:
+            es.on_stop(signal.SIGINT, None)  # what Ctrl-C calls
         return evaluation(args, theta, t, k)
 
     monkeypatch.setattr(es, "eval_episode", interrupted)
-    half = run(tmp_path / "half", iterations=6, eval_every=4)
-    assert half["status"] == "interrupted" and half["iteration"] == 3
-    assert [r["iteration"] for r in rows(half["run_dir"])] == ["1", "2", "3"]
+    half = run(tmp_path / "half", iterations=8, eval_every=4)
+    es.STOP.clear()
+    assert half["status"] == "interrupted" and half["iteration"] == 4
+    assert [r["iteration"] for r in rows(half["run_dir"])] == ["1", "2", "3", "4"]
     with np.load(os.path.join(half["run_dir"], "policy.npz"), allow_pickle=False) as f:
-        np.testing.assert_array_equal(f["theta"], three["theta"])
-        assert int(f["iteration"]) == 3
+        np.testing.assert_array_equal(f["theta"], four["theta"])
+        assert int(f["iteration"]) == 4
     assert os.path.getsize(os.path.join(half["run_dir"], "progress.png")) > 1000
 
 
@@ -369,13 +371,8 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1__es_basic__0__*"))
     cfg = json.loads(Path(run_dir, "config.json").read_text())
     assert cfg["sigma"] == es.GENERIC["sigma"] and cfg["population"] == 6
-    assert cfg["script"] == "es_basic.py" and cfg["numpy"] == np.__version__
-    # the machine the numbers came from: write_config is the same in every script (test_shared)
-    assert cfg["python"] == platform.python_version() and cfg["cores"] >= 1
-    assert cfg["processor"] or not os.path.exists("/proc/cpuinfo")
-    assert set(cfg["simd"]) <= {"avx2", "avx512f"}
-    if os.path.exists("/proc/cpuinfo"):
-        assert ("avx512f" in cfg["simd"]) == (" avx512f" in Path("/proc/cpuinfo").read_text())
+    assert cfg["numpy"] == np.__version__ and cfg["python"] == platform.python_version()
+    assert cfg["gymnasium"] == gym.__version__ and cfg["mujoco"] is None  # CartPole loads no MuJoCo
     with open(os.path.join(run_dir, "progress.csv")) as f:
         header = f.readline().strip().split(",")
     assert header[:11] == [
@@ -400,14 +397,15 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     assert Path(run_dir, "video", "CartPole-v1.gif").read_bytes()[:6] == b"GIF89a"
 
 
-def test_help_names_the_papers_symbols():
+def test_help_shows_the_papers_symbols_the_defaults_and_the_presets():
     out = cli("--help")
-    assert (
-        out.returncode == 0
-        and "σ" in out.stdout
-        and "α" in out.stdout
-        and "--no-mirror" in out.stdout
-    )
+    assert out.returncode == 0 and "σ" in out.stdout and "α" in out.stdout
+    assert "--no-mirror" in out.stdout and "(default: 0.05)" in out.stdout  # CartPole's alpha
+    table = out.stdout[out.stdout.index("presets") :].splitlines()
+    assert table[1].split()[:3] == ["--env", "sigma", "alpha"]
+    assert table[3].split()[:4] == ["LunarLander-v3", "0.1", "0.03", "200"]
+    lunar = cli("--env", "LunarLander-v3", "--help").stdout  # the defaults of --env's preset
+    assert "updates of theta (default: 500)" in " ".join(lunar.split())
 
 
 class MultiBinaryEnv(gym.Env):
@@ -434,7 +432,7 @@ gym.register("MultiBinaryTest-v0", entry_point=MultiBinaryEnv, max_episode_steps
         (["--hidden", "16,0"], "--hidden: must be >= 1"),
         (["--workers", "0"], "--workers: must be >= 1"),
         (["--seed", "-3"], "--seed: must be >= 0"),
-        (["--play", "/nonexistent/run"], "there is no file '/nonexistent/run/policy.npz'"),
+        (["--play", "/nonexistent/run"], "cannot read the policy '/nonexistent/run/policy.npz'"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -461,8 +459,9 @@ def test_a_policy_plays_on_its_own_environment_and_layers(tmp_path):
     assert len(R) == 2 and (R < 0).all()  # Pendulum's returns are negative; CartPole's positive
 
 
-def long_run_at_iteration_3(tmp_path):
-    """A long two-worker run in a session of its own, returned once iteration 3 is logged."""
+def long_run(tmp_path, method, at=3, **env):
+    """A long two-worker run in a session of its own, its workers started by `method`, returned
+    once iteration `at` is logged (at=0: at once)."""
     argv = ["--iterations", "100000", "--target-return", "1e9", "--workers", "2"]
     proc = subprocess.Popen(
         [sys.executable, os.path.join(ROOT, "es_basic.py"), *argv, "--out-dir", str(tmp_path)],
@@ -470,51 +469,163 @@ def long_run_at_iteration_3(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=with_start_method(method, **env),
     )
-    for line in proc.stdout:
-        if line.startswith("it ") and int(line.split()[1]) >= 3:
+    for line in proc.stdout if at else ():
+        if line.startswith("it ") and int(line.split()[1]) >= at:
             break
     return proc
 
 
-def test_a_killed_worker_ends_the_run_with_one_line_and_keeps_its_files(tmp_path):
-    """A worker killed mid-run (out of memory, kill -9): one line, exit status 1, no traceback
-    from any process, and the run directory keeps its log, the last logged policy and the plot."""
-    proc = long_run_at_iteration_3(tmp_path)
+@contextlib.contextmanager
+def ended(proc):
+    """proc, and afterwards, if the test failed, nothing of its session left running."""
     try:
-        workers = subprocess.run(
-            ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
-        ).stdout.split()
-        os.kill(int(workers[0]), signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
+        yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):  # if the test failed: nothing left running
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    lines = err.strip().splitlines()
-    assert proc.returncode == 1 and len(lines) == 1 and "a worker process died" in lines[0], err
+
+
+def kept_files(tmp_path):
+    """The run directory's files after a stop: the log, the last logged policy, the plot."""
     (run_dir,) = glob.glob(str(tmp_path / "*"))
     with np.load(os.path.join(run_dir, "policy.npz"), allow_pickle=False) as f:
         assert int(f["iteration"]) == len(rows(run_dir)) >= 3
     assert os.path.isfile(os.path.join(run_dir, "progress.png"))
+    assert not glob.glob(os.path.join(run_dir, "*.tmp"))
 
 
-def test_ctrl_c_stops_the_workers_and_keeps_the_log(tmp_path):
+@pytest.mark.parametrize("method", START_METHODS)
+def test_a_killed_worker_ends_the_run_with_one_line_and_keeps_its_files(tmp_path, method):
+    """A worker killed mid-run (out of memory, kill -9): one line, exit status 1, no traceback
+    from any process, and the run directory keeps its log, the last logged policy and the plot."""
+    with ended(long_run(tmp_path, method)) as proc:
+        os.kill(workers_in(proc.pid)[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "a worker process died" in lines[0], err
+    kept_files(tmp_path)
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_ctrl_c_stops_the_workers_and_keeps_the_log(tmp_path, method):
     """Ctrl-C in a terminal reaches the whole process group: the workers ignore it, the master
     ends the run with its log, policy.npz and plot, exit status 130, and no process is left."""
-    proc = long_run_at_iteration_3(tmp_path)
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert (
-        proc.returncode == 130 and "interrupted after iteration" in err and "Traceback" not in err
-    ), err
+    with ended(long_run(tmp_path, method)) as proc:
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        time.sleep(1)
+        assert left_in_session(proc.pid) == ""
+    assert proc.returncode == 130 and "interrupted after iteration" in err, err
+    assert "Traceback" not in err
+    kept_files(tmp_path)
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_a_second_ctrl_c_ends_the_run_at_once(tmp_path, method):
+    with ended(long_run(tmp_path, method)) as proc:
+        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=2)
+        time.sleep(1)
+        assert left_in_session(proc.pid) == ""
+    assert proc.returncode == 130 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_a_killed_master_leaves_no_worker(tmp_path, method):
+    """kill -9 gives the master no chance to stop its workers (or the forkserver, or the
+    resource tracker): they notice on their own and end."""
+    with ended(long_run(tmp_path, method)) as proc:
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 5
+        while left_in_session(proc.pid) and time.time() < deadline:
+            time.sleep(0.2)
+        assert left_in_session(proc.pid) == ""
+
+
+@pytest.mark.parametrize("method, delay", [("fork", 0.1), ("forkserver", 0.2), ("spawn", 0.15)])
+def test_a_ctrl_c_while_the_run_starts_ends_it(tmp_path, method, delay):
+    """During the imports, the environment's creation, the workers' start: exit status 130 and
+    no process left. (Under spawn a worker hit as its own interpreter starts prints Python's
+    traceback before the run ends.)"""
+    for attempt in range(4):  # before, during and after the imports, whatever this machine's pace
+        with ended(long_run(tmp_path / str(attempt), method, at=0)) as proc:
+            time.sleep(0.05 + delay * attempt)
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+            time.sleep(0.5)
+            assert left_in_session(proc.pid) == ""
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err or method == "spawn", err
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_last_complete_files(tmp_path):
+    """Files may not grow past 3000 bytes (as on a full disk): progress.csv, rewritten whole each
+    iteration, soon cannot be. One line naming it, and the files as they last were written."""
+    import resource
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    out = cli("--workers", "2", "--out-dir", str(tmp_path), preexec_fn=small_files)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert "cannot write" in lines[0] and "progress.csv: File too large" in lines[0]
     (run_dir,) = glob.glob(str(tmp_path / "*"))
+    logged = rows(run_dir)
+    assert len(logged) >= 3 and all(len(row) == len(es.COLUMNS) for row in logged)
     with np.load(os.path.join(run_dir, "policy.npz"), allow_pickle=False) as f:
-        assert int(f["iteration"]) == len(rows(run_dir)) >= 3
-    time.sleep(0.5)
-    assert (
-        subprocess.run(
-            ["pgrep", "-s", str(proc.pid)], capture_output=True, text=True
-        ).stdout.strip()
-        == ""
+        assert int(f["iteration"]) == len(logged)  # the policy of the last row that fitted
+    assert sorted(os.listdir(run_dir)) == ["config.json", "policy.npz", "progress.csv"]
+
+
+def test_config_json_holds_the_command_that_makes_the_same_run_again(tmp_path):
+    flags = ["--iterations", "3", "--population", "6", "--hidden", "", "--seed", "2"]
+    first = es.main([*flags, "--eval-every", "1", "--out-dir", str(tmp_path / "a")])
+    es.STOP.clear()
+    command = json.loads(Path(first["run_dir"], "config.json").read_text())["command"]
+    assert command.startswith("python es_basic.py ") and "--hidden ''" in command
+    time.sleep(1)  # a run directory's name ends with the second it started
+    again = subprocess.run(shlex.split(command), cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    (second,) = set(glob.glob(str(tmp_path / "a" / "*"))) - {first["run_dir"]}
+    timing = ("wall_time_s", "steps_per_s")
+    strip = [{k: v for k, v in r.items() if k not in timing} for r in rows(first["run_dir"])]
+    assert strip == [{k: v for k, v in r.items() if k not in timing} for r in rows(second)]
+
+
+def test_a_notebook_imports_the_script_and_trains_with_main(tmp_path):
+    """Importing installs no signal handler; main() trains, returns the result, and leaves the
+    handlers as they were, so that the notebook's own Ctrl-C works again."""
+    code = (
+        "import signal, es_basic\n"
+        "before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)\n"
+        "assert before == (signal.default_int_handler, signal.SIG_DFL), before\n"
+        f"result = es_basic.main(['--iterations', '2', '--out-dir', {str(tmp_path)!r}])\n"
+        "assert result['status'] == 'done' and result['iteration'] == 2, result\n"
+        "assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before\n"
     )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_bipedal_walker_gives_the_same_numbers_with_any_worker_count(tmp_path):
+    """A new environment each episode: Box2D's world keeps no trace of the episodes before."""
+    flags = dict(env="BipedalWalker-v3", iterations=2, population=6, hidden="", eval_episodes=2)
+    serial, parallel = run(tmp_path / "a", **flags), run(tmp_path / "b", workers=2, **flags)
+    np.testing.assert_array_equal(serial["theta"], parallel["theta"])
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_it_runs_on_a_simulated_windows(tmp_path, workers):
+    """No fork, no signal.pthread_sigmask, workers started by spawn (tests/site/)."""
+    out = cli(
+        *("--iterations", "2", "--workers", workers, "--out-dir", str(tmp_path)),
+        env=with_start_method("spawn", SIMULATED_WINDOWS="1"),
+    )
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert "done after iteration 2" in out.stdout
