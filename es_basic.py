@@ -6,6 +6,12 @@ Learning", Algorithm 1, https://arxiv.org/abs/1703.03864; docs/es_basic.md deriv
     python es_basic.py --play runs/<run-dir> --video   # evaluates the saved policy, films it
 """
 
+import os
+import signal
+
+if __name__ in ("__main__", "__mp_main__"):  # Ctrl-C as the modules below load: status 130
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+
 import argparse
 import contextlib
 import csv
@@ -15,19 +21,14 @@ import json
 import math
 import multiprocessing
 import multiprocessing.connection
-import os
 import shlex
-import signal
 import sys
 import threading
 import time
 from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
 
-if __name__ == "__main__":  # a Ctrl-C while the libraries below load: exit status 130, at once
-    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
+import gymnasium as gym
+import numpy as np
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
 # sigma: noise std, alpha: step size, population n: episodes per iteration (docs/es_basic.md)
@@ -326,7 +327,7 @@ class Run:
         )
         versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
         command = shlex.join(["python", "es_basic.py", *args.argv])  # the same run again
-        config = dict(vars(args), **versions, command=command)
+        config = dict(vars(args), script="es_basic.py", **versions, command=command)
         write_file(os.path.join(self.dir, "config.json"), json.dumps(config, indent=1).encode())
         self.args = args
         self.rows = []  # progress.csv: a dict per iteration
@@ -357,10 +358,10 @@ class Run:
             chunk = -(-n // self.args.workers)  # one chunk per worker
             try:
                 out = list(self.pool.map(play, range(n), chunksize=chunk))
-            except BrokenExecutor:  # one died: the others end too (a pool broken as it starts
-                for worker in multiprocessing.active_children():  # its workers may not end them)
-                    worker.terminate()
-                raise
+            except (BrokenExecutor, EOFError, OSError) as e:  # a worker or the forkserver died:
+                for worker in multiprocessing.active_children():  # the others end (a pool that
+                    worker.terminate()  # breaks while it starts them can miss some)
+                raise BrokenExecutor(e) from None
         returns, lengths = zip(*out)
         return np.array(returns), np.array(lengths)
 

@@ -19,10 +19,7 @@ from conftest import inline_workers, interrupted_runs, only_builtin_types, refus
 import ars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FORK_ONLY = pytest.mark.skipif(
-    not sys.platform.startswith("linux"),
-    reason="environments registered by the test reach workers only by fork",
-)
+FORK_ONLY = pytest.mark.usefixtures("fork_start")  # the test's environments reach workers by fork
 
 
 def cli(*argv, timeout=240):

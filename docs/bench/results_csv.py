@@ -203,12 +203,13 @@ def row(run_dir: str, variant: str = None) -> dict:
 
 def appended(run_dir: str, variant: str = None) -> dict:
     """The row of a run that just ended here: processor and SIMD of this machine, and its cores
-    if the run's config.json does not have them."""
+    and commit if the run's config.json does not have them (es_basic.py's never has)."""
     here = machine()
     r = row(run_dir, variant)
     r.update(processor=here["processor"], simd=here["simd"])
-    if r["cores"] == "":
-        r["cores"] = here["cores"]
+    for key in ("cores", "commit"):
+        if r[key] == "":
+            r[key] = here[key]
     return r
 
 
