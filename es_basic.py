@@ -170,13 +170,16 @@ def member_episode(args, theta: np.ndarray, t: int, j: int) -> tuple:
     i = j // 2 if args.mirror else j
     sign = -1.0 if args.mirror and j % 2 else 1.0
     theta_j = theta + sign * args.sigma * sample_eps(args.seed, t, i, theta.size)
-    env = gym.make(args.env)  # a new one each episode: no state from the episodes before
-    return rollout(env, theta_j, args, stream(args.seed, ENV, t, i))
+    return rollout(new_env(args.env), theta_j, args, stream(args.seed, ENV, t, i))
 
 
 def eval_episode(args, theta: np.ndarray, t: int, k: int) -> tuple:
     """Evaluation episode k of theta itself, on the evaluation seeds of iteration t."""
-    return rollout(gym.make(args.env), theta, args, stream(args.seed, EVAL, t, k))
+    return rollout(new_env(args.env), theta, args, stream(args.seed, EVAL, t, k))
+
+
+def new_env(env_id: str):  # one per episode: none keeps a trace of the episodes before it
+    return gym.make(env_id, disable_env_checker=True)  # configure() checked the first
 
 
 # ---- training: Algorithm 1 (docs/es_basic.md, "Pseudocode") ----

@@ -241,7 +241,7 @@ def test_members_are_theta_plus_and_minus_sigma_eps(monkeypatch):
     monkeypatch.setattr(
         es, "rollout", lambda env, theta, args, seeds, frames=None: played.append(theta) or (0.0, 1)
     )
-    monkeypatch.setattr(es.gym, "make", lambda env_id: None)
+    monkeypatch.setattr(es, "new_env", lambda env_id: None)
     args = es.parse(["--sigma", "0.5", "--seed", "2"])
     theta, eps = np.ones(3), [es.sample_eps(2, 7, i, 3) for i in range(2)]
     for j in range(4):
