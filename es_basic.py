@@ -361,9 +361,11 @@ class Run:
             chunk = -(-n // self.args.workers)  # one chunk per worker
             try:
                 out = list(self.pool.map(play, range(n), chunksize=chunk))
-            except (BrokenExecutor, EOFError, OSError) as e:  # a worker or the forkserver died:
-                for worker in multiprocessing.active_children():  # the others end (a pool that
-                    worker.terminate()  # breaks while it starts them can miss some)
+            except (BrokenExecutor, EOFError, OSError) as e:
+                # A worker, or the forkserver, died. The others end now: a pool that breaks
+                # while it is still starting workers can miss one, and then wait for it forever.
+                for worker in multiprocessing.active_children():
+                    worker.terminate()
                 raise BrokenExecutor(e) from None
         returns, lengths = zip(*out)
         return np.array(returns), np.array(lengths)
