@@ -63,7 +63,12 @@ def build_parser(env_id: str = "CartPole-v1") -> argparse.ArgumentParser:
     a("--sigma", type=at_least(0, float), help="σ, std of the parameter noise (typ. 0.02-0.2)")
     a("--alpha", type=at_least(0, float), help="α, step size (typ. 0.01-0.1)")
     a("--population", type=at_least(2), help="n, episodes per iteration, even if mirrored")
-    a("--no-mirror", dest="mirror", action="store_false", help="n independent eps_i, no pairs")
+    a(
+        "--no-mirror",
+        dest="mirror",
+        action="store_false",
+        help="n eps_i, no pairs (mirror: %(default)s)",
+    )
     a("--fitness", choices=("rank", "standardize", "none"), default="rank", help="Eq. (4)")
     a("--weight-decay", type=float, default=0.0, help="λ, L2 coefficient (typ. 0-0.01)")
     a("--hidden", type=sizes, help="hidden layer sizes: 16, 64,64, or '' for linear")
@@ -186,32 +191,32 @@ def new_env(env_id: str):  # one per episode: none keeps a trace of the episodes
 def train(args) -> dict:
     n = args.population
     theta = np.zeros(n_weights(args.sizes))  # theta_0 = 0, as in the NES exercise: (d,)
-    with Run(args, theta) as run:  # the run directory, the progress line, the workers (below)
-        try:
-            for t in range(args.iterations):
-                if STOP.is_set():  # Ctrl-C or SIGTERM: the run ends with what it logged
-                    return run.end("interrupted")
-                R, lengths = run.episodes(member_episode, theta, t, n)  # (n,): R_j, Eq. (2)
-                F = shape_fitness(R, args.fitness)  # Eq. (4)
-                m = n // 2 if args.mirror else n
-                eps = np.stack(
-                    [sample_eps(args.seed, t, i, theta.size) for i in range(m)]
-                )  # (m, d)
-                g = es_gradient(eps, F, args.sigma, args.mirror)  # Eqs. (3), (5)
-                # Eq. (6), a plain gradient step (deviation: the paper's reference code uses Adam)
-                theta = theta + args.alpha * g - args.alpha * args.weight_decay * theta
-                if not (np.isfinite(theta).all() and np.isfinite(R).all()):
-                    return run.end("diverged")  # the saved policy stays the last logged one
-                ev = None
-                if (t + 1) % args.eval_every == 0 or t + 1 == args.iterations:
-                    ev, _ = run.episodes(eval_episode, theta, t + 1, args.eval_episodes)
-                run.log(theta, R, lengths, g, ev)  # progress.csv, policy.npz, the progress line
-                target = args.target_return
-                if ev is not None and target is not None and ev.mean() >= target:
-                    return run.end("target")
-            return run.end("done")
-        except BrokenExecutor:  # a worker process died: the run ends with what it logged
-            return run.end("interrupted" if STOP.is_set() else "a worker process died")
+    run = Run(args, theta)  # the run directory, the progress line, the workers (below)
+    try:
+        for t in range(args.iterations):
+            if STOP.is_set():  # Ctrl-C or SIGTERM: the run ends with what it logged
+                return run.end("interrupted")
+            R, lengths = run.episodes(member_episode, theta, t, n)  # (n,): R_j, Eq. (2)
+            F = shape_fitness(R, args.fitness)  # Eq. (4)
+            m = n // 2 if args.mirror else n
+            eps = np.stack([sample_eps(args.seed, t, i, theta.size) for i in range(m)])  # (m, d)
+            g = es_gradient(eps, F, args.sigma, args.mirror)  # Eqs. (3), (5)
+            # Eq. (6), a plain gradient step (deviation: the paper's reference code uses Adam)
+            theta = theta + args.alpha * g - args.alpha * args.weight_decay * theta
+            if not (np.isfinite(theta).all() and np.isfinite(R).all()):
+                return run.end("diverged")  # the saved policy stays the last logged one
+            ev = None
+            if (t + 1) % args.eval_every == 0 or t + 1 == args.iterations:
+                ev, _ = run.episodes(eval_episode, theta, t + 1, args.eval_episodes)
+            run.log(theta, R, lengths, g, ev)  # progress.csv, policy.npz, the progress line
+            target = args.target_return
+            if ev is not None and target is not None and ev.mean() >= target:
+                return run.end("target")
+        return run.end("done")
+    except BrokenExecutor:  # a worker process died: the run ends with what it logged
+        return run.end("interrupted" if STOP.is_set() else "a worker process died")
+    finally:
+        run.close()  # however it ends, the workers stop
 
 
 # ---- plumbing: the command line, stops, workers, run directory, --play (not the algorithm) ----
@@ -345,12 +350,9 @@ class Run:
             self.pool = ProcessPoolExecutor(args.workers, initializer=init_worker)
         print(f"run directory: {self.dir}", flush=True)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exception):  # however train() ends, the workers stop
+    def close(self):  # the workers stop, once the episodes under way are done
         if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
+            self.pool.shutdown(cancel_futures=True)
 
     def episodes(self, episode, theta: np.ndarray, t: int, n: int) -> tuple:
         """(returns, lengths) of episode(args, theta, t, j) for j < n, in the order of j."""

@@ -338,19 +338,18 @@ def test_a_stop_ends_the_run_after_its_iteration(tmp_path, monkeypatch):
 
 
 def test_a_diverged_run_stops_and_keeps_the_last_good_policy(tmp_path, capsys):
+    argv = [
+        "--alpha",
+        "1e308",
+        "--fitness",
+        "none",
+        "--iterations",
+        "3",
+        "--out-dir",
+        str(tmp_path),
+    ]
     with pytest.raises(SystemExit) as stop:
-        es.main(
-            [
-                "--alpha",
-                "1e308",
-                "--fitness",
-                "none",
-                "--iterations",
-                "3",
-                "--out-dir",
-                str(tmp_path),
-            ]
-        )
+        es.main(argv)
     assert stop.value.code == 1 and "diverged after iteration 0" in capsys.readouterr().err
     (run_dir,) = glob.glob(str(tmp_path / "*"))
     with np.load(os.path.join(run_dir, "policy.npz"), allow_pickle=False) as f:
@@ -361,20 +360,8 @@ def test_a_diverged_run_stops_and_keeps_the_last_good_policy(tmp_path, capsys):
 
 
 def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
-    out = cli(
-        "--iterations",
-        "3",
-        "--population",
-        "6",
-        "--eval-every",
-        "1",
-        "--eval-episodes",
-        "2",
-        "--workers",
-        "2",
-        "--out-dir",
-        str(tmp_path),
-    )
+    flags = "--iterations 3 --population 6 --eval-every 1 --eval-episodes 2 --workers 2".split()
+    out = cli(*flags, "--out-dir", str(tmp_path))
     assert out.returncode == 0 and out.stderr == "", out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "CartPole-v1__es_basic__0__*"))
     cfg = json.loads(Path(run_dir, "config.json").read_text())
@@ -383,19 +370,9 @@ def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
     assert cfg["gymnasium"] == gym.__version__ and cfg["mujoco"] is None  # CartPole loads no MuJoCo
     with open(os.path.join(run_dir, "progress.csv")) as f:
         header = f.readline().strip().split(",")
-    assert header[:11] == [
-        "iteration",
-        "episodes",
-        "env_steps",
-        "wall_time_s",
-        "return_mean",
-        "return_std",
-        "return_min",
-        "return_max",
-        "eval_return_mean",
-        "eval_return_std",
-        "steps_per_s",
-    ]
+    shared = "iteration episodes env_steps wall_time_s return_mean return_std return_min"
+    shared += " return_max eval_return_mean eval_return_std steps_per_s"  # every script's first
+    assert header[:11] == shared.split()
     assert header[-1] == "elite" and len(rows(run_dir)) == 3
     assert os.path.getsize(os.path.join(run_dir, "progress.png")) > 1000
     assert out.stdout.count("\nit ") == 3 and "ETA" in out.stdout
