@@ -14,7 +14,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import inline_workers, interrupted_runs, only_builtin_types, refused
+from conftest import inline_workers, interrupted_runs, left_in_session, only_builtin_types, refused
 
 import ars
 
@@ -739,8 +739,7 @@ def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
     assert state["iteration"] >= 2 and state["wall_time"] > 0  # iteration 3 shown: 2 or 3 saved
     resumed = cli("--resume", run_dir, "--iterations", str(state["iteration"] + 1))
     assert resumed.returncode == 0, resumed.stderr
-    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout
-    assert leftover.strip() == ""  # no orphan worker processes
+    assert left_in_session(proc.pid) == ""  # no orphan worker processes (zombies aside)
 
 
 # ---------------------------------------------------------------- the command line
