@@ -443,6 +443,10 @@ def plot(rows: list, title: str) -> bytes:  # the learning curve; elite members 
 
 def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video films the first
     path = os.path.join(args.play, "policy.npz")  # it names its environment and layers
+    if args.video:  # draw without a display, before the environment loads its renderer
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's
+        if sys.platform == "linux":  # MuJoCo's (elsewhere, the system's own GL)
+            os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
     try:
         with np.load(path, allow_pickle=False) as f:
             theta = f["theta"]
@@ -457,9 +461,6 @@ def play(args) -> np.ndarray:  # the saved policy on evaluation seeds; --video f
     fits = sizes == args.sizes and theta.shape == (n_weights(sizes),)
     check(fits, f"the policy '{path}' does not fit {args.env}'s layers {args.sizes}")
     if args.video:
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
-        if sys.platform == "linux":  # MuJoCo draws without a display; elsewhere, the system's GL
-            os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
         env = gym.wrappers.RenderCollection(gym.make(args.env, render_mode="rgb_array"))
         rollout(env, theta, args, stream(args.seed, EVAL, 10**6, 0))  # the first episode below
         os.makedirs(os.path.join(args.play, "video"), exist_ok=True)
