@@ -581,7 +581,8 @@ def test_config_json_holds_the_command_that_makes_the_same_run_again(tmp_path):
     command = json.loads(Path(first["run_dir"], "config.json").read_text())["command"]
     assert command.startswith("python es_basic.py ") and "--hidden ''" in command
     time.sleep(1)  # a run directory's name ends with the second it started
-    again = subprocess.run(shlex.split(command), cwd=ROOT, capture_output=True, text=True)
+    python, *argv = shlex.split(command)  # 'python': this test's own interpreter
+    again = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     (second,) = set(glob.glob(str(tmp_path / "a" / "*"))) - {first["run_dir"]}
     timing = ("wall_time_s", "steps_per_s")
