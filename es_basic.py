@@ -297,6 +297,7 @@ def on_stop(signum, frame):  # the first stop sets STOP; a second ends the proce
 
 def init_worker():  # a worker: Ctrl-C is its master's to act on, and it ends with its master
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker has its master's on_stop
     master = multiprocessing.parent_process().sentinel  # ready once the master has ended
     threading.Thread(target=exit_after, args=(master,), daemon=True).start()
 

@@ -594,12 +594,14 @@ def test_a_notebook_imports_the_script_and_trains_with_main(tmp_path):
     """Importing installs no signal handler; main() trains, returns the result, and leaves the
     handlers as they were, so that the notebook's own Ctrl-C works again."""
     code = (
-        "import signal, es_basic\n"
-        "before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)\n"
-        "assert before == (signal.default_int_handler, signal.SIG_DFL), before\n"
+        "import signal\n"
+        "handlers = lambda: (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))\n"
+        "before = handlers()\n"
+        "import es_basic\n"
+        "assert handlers() == before, handlers()\n"
         f"result = es_basic.main(['--iterations', '2', '--out-dir', {str(tmp_path)!r}])\n"
         "assert result['status'] == 'done' and result['iteration'] == 2, result\n"
-        "assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before\n"
+        "assert handlers() == before, handlers()\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
