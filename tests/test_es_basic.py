@@ -505,8 +505,7 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_log(tmp_path, method):
         _, err = proc.communicate(timeout=60)
         time.sleep(1)
         assert left_in_session(proc.pid) == ""
-    assert proc.returncode == 130 and "interrupted after iteration" in err, err
-    assert "Traceback" not in err
+    assert proc.returncode == 130 and "interrupted after" in err and "Traceback" not in err, err
     kept_files(tmp_path)
 
 
