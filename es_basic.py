@@ -265,7 +265,7 @@ def parse(argv: list) -> argparse.Namespace:  # the flags, over the preset of --
     env = argparse.ArgumentParser(add_help=False)
     env.add_argument("--env", default="CartPole-v1")
     args = build_parser(env.parse_known_args(argv)[0].env).parse_args(argv)
-    args.argv = argv
+    args.command = shlex.join(["python", "es_basic.py", *argv])  # config.json: the same run again
     return args
 
 
@@ -335,8 +335,7 @@ class Run:
             python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__
         )
         versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
-        command = shlex.join(["python", "es_basic.py", *args.argv])  # the same run again
-        config = dict(vars(args), script="es_basic.py", **versions, command=command)
+        config = dict(vars(args), script="es_basic.py", **versions)
         write_file(os.path.join(self.dir, "config.json"), json.dumps(config, indent=1).encode())
         self.args = args
         self.rows = []  # progress.csv: a dict per iteration

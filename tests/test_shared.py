@@ -128,8 +128,7 @@ def test_the_helpers_copied_between_scripts_are_identical():
 
     every = (es_basic, ars, es_openai)
     copies = dict.fromkeys(["stream", "Parser", "check", "at_least"], every)
-    # es_basic.py's portable shell (its init_worker, on_stop, write_file) replaces these in the
-    # other two scripts next
+    # es_basic.py's shell has its own (init_worker with a watchdog, on_stop, write_file)
     for name in ("init_worker", "stops_held", "write_config"):
         copies[name] = (ars, es_openai)
     copies.update(read_checkpoint=(ars, es_openai))
