@@ -6,19 +6,26 @@ https://arxiv.org/abs/1803.07055; docs/ars.md derives the math, cited below as "
     python ars.py --play runs/<run-dir> --episodes 100 --video
 """
 
+import os
+import signal
+
+if __name__ in ("__main__", "__mp_main__"):  # Ctrl-C as the modules below load: status 130
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
+
 import argparse
 import collections
 import contextlib
 import csv
-import ctypes
 import functools
+import io
 import json
 import math
-import os
-import signal
+import multiprocessing
+import multiprocessing.connection
+import shlex
 import socket
-import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import BrokenExecutor, ProcessPoolExecutor
 
@@ -26,8 +33,8 @@ import gymnasium as gym
 import numpy as np
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
-# MuJoCo: RL Baselines3 Zoo's and the official code's Humanoid. Unset: V2, no shift or clip, and
-# GENERIC's evaluation; GENERIC's alpha, nu, N, b: tasks with no preset (docs/ars.md, "Presets").
+# MuJoCo: RL Baselines3 Zoo's and the official code's Humanoid; GENERIC: V2, no shift or clip, and
+# the alpha, nu, N, b of tasks with no preset (docs/ars.md, "Presets").
 PRESETS = {
     "Swimmer-v5": dict(alpha=0.02, nu=0.01, n_directions=1, top_b=1, version=1, iterations=1000),
     "Hopper-v5": dict(alpha=0.01, nu=0.025, n_directions=8, top_b=4, shift=1.0, iterations=1000),
@@ -44,25 +51,27 @@ PRESETS = {
     ),
 }
 PRESETS["BipedalWalker-v3"].update(eval_episodes=20, target_return=300.0, confirm_episodes=100)
-GENERIC = dict(env="BipedalWalker-v3", seed=0, out_dir="runs", iterations=300, save_every=10)
-GENERIC.update(alpha=0.05, nu=0.1, n_directions=32, top_b=16, version=2, actions="clipped")
-GENERIC.update(shift=0.0, reward_clip=0.0, eval_every=10, eval_episodes=10, confirm_episodes=0)
-# What --resume takes again: where a run goes on, or its step sizes.
-STEER = "iterations workers target_return save_every video_every alpha nu ray ray_address".split()
+GENERIC = dict(alpha=0.05, nu=0.1, n_directions=32, top_b=16, version=2, shift=0.0)
+GENERIC.update(reward_clip=0.0, iterations=300, eval_episodes=10, target_return=None)
+GENERIC.update(confirm_episodes=0)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    presets = "; ".join(f"{env}: {preset}" for env, preset in PRESETS.items())
+def preset(env_id: str) -> dict:  # the defaults of the flags a preset sets
+    return {**GENERIC, **PRESETS.get(env_id, {})}
+
+
+def build_parser(env_id: str = "BipedalWalker-v3") -> argparse.ArgumentParser:
     p = Parser(
         prog="ars.py",
-        description=__doc__.split("\n")[0],
-        epilog=f"presets: {presets}; else: {GENERIC}",
+        description=f"{__doc__.splitlines()[0]} The defaults shown are {env_id}'s preset.",
+        epilog=preset_table(),
+        formatter_class=HelpFormatter,
     )
-    a = p.add_argument  # unset flags come from the preset (below the banner)
+    a = p.add_argument  # the types (below the banner) refuse impossible values in one line
     n = at_least
-    a("--env", help="gymnasium id with Box actions (default BipedalWalker-v3)")
-    a("--seed", type=n(0), help="decides every random number of the run (default 0)")
-    a("--iterations", type=n(0), help="T, updates of M (preset)")
+    a("--env", default="BipedalWalker-v3", help="gymnasium id with Box actions")
+    a("--seed", type=n(0), default=0, help="decides every random number of the run")
+    a("--iterations", type=n(0), help="T, updates of M")
     a("--alpha", type=n(0, float), help="α, step size (typ. 0.01-0.05)")
     a("--nu", type=n(0, float), help="ν, std of the exploration noise (typ. 0.0075-0.1)")
     a("--n-directions", type=n(1), help="N, directions sampled per iteration (typ. 1-230)")
@@ -70,22 +79,23 @@ def build_parser() -> argparse.ArgumentParser:
     a("--version", type=int, choices=(1, 2), help="1: a = M x; 2: a = M (x - mu) / sigma")
     a("--shift", type=float, help="survival bonus subtracted from training rewards (typ. 0-5)")
     a("--reward-clip", type=float, help="training rewards clipped to [-c, c]; 0: off")
-    a("--actions", choices=("clipped", "raw"), help="clipped to the action space, or raw (Eq. 2)")
-    a("--episode-length", type=n(1), help="H, steps per episode (default: the time limit)")
-    a("--workers", type=n(1), help="rollout processes (default: the cores, or Ray's CPUs)")
-    a("--out-dir", help="where run directories are made (default runs)")
-    a("--eval-every", type=n(1), help="evaluate the noiseless policy every K iterations")
+    a("--actions", choices=("clipped", "raw"), default="clipped", help="raw: Eq. (2) unclipped")
+    a("--episode-length", type=n(1), help="H, steps per episode (None: the time limit)")
+    a("--workers", type=n(1), help="rollout processes (None: the cores, or Ray's CPUs)")
+    a("--out-dir", default="runs", help="where run directories are made")
+    a("--eval-every", type=n(1), default=10, help="evaluate the noiseless policy every K")
     a("--eval-episodes", type=n(1), help="episodes per evaluation")
-    a("--save-every", type=n(1), help="checkpoint every K iterations (and at each evaluation)")
+    a("--save-every", type=n(1), default=10, help="checkpoint every K (and at each evaluation)")
     a("--target-return", type=float, help="stop once an evaluation's mean reaches it")
     a("--confirm-episodes", type=n(0), help="K fresh episodes that must confirm the target")
     a("--video-every", type=n(1), help="K: video/iter_XXXXXX.gif of an evaluation every K")
     a("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
     a("--play", metavar="RUN_DIR", help="evaluate RUN_DIR's policy (or a checkpoint file)")
-    a("--episodes", type=n(1), help="episodes for --play (default 10)")
-    a("--video", action="store_true", default=None, help="with --play: RUN_DIR/video/<env>.gif")
-    a("--ray", action="store_true", default=None, help="rollouts on Ray: here, or RAY_ADDRESS")
+    a("--episodes", type=n(1), default=10, help="episodes for --play")
+    a("--video", action="store_true", help="with --play: RUN_DIR/video/<env>.gif")
+    a("--ray", action="store_true", help="rollouts on Ray: a new one here, or RAY_ADDRESS's")
     a("--ray-address", metavar="ADDRESS", help="with --ray: a cluster, e.g. 10.0.0.1:6379 or auto")
+    p.set_defaults(**preset(env_id))
     return p
 
 
@@ -155,21 +165,18 @@ def rollout(
 ):
     """One episode of a = clip(M (x - mu) / sigma) (Eq. 2): (return, shaped return, length,
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
-    W = M * inv_sigma  # the normalization folded into the matrix: a = W x - W mu, one product
-    offset = -W @ mu
+    W = M * inv_sigma  # (p, n): M (x - mu) / sigma = W x - W mu, one matrix product a step
+    W_mu = W @ mu
     low, high = -np.inf, np.inf  # --actions raw, as official code (MuJoCo's control cost on them)
-    if clip_actions:  # float64 bounds, as a is: np.maximum of float64 and float32 costs 2x more
+    if clip_actions:  # float64 bounds, as a is: np.clip of float64 and float32 costs 2x more
         low = env.action_space.low.astype(np.float64)
         high = env.action_space.high.astype(np.float64)
     x, _ = reset_env(env, env_seed)
     observed = [x] if keep_obs else None
     total, shaped = 0.0, 0.0  # the return, and Eq. (3)'s shaped return
     steps = 0
-    while True:  # the hot path: np.clip(W @ x + offset, low, high) in place, in fewer calls
-        a = np.dot(W, x)
-        np.add(a, offset, out=a)
-        np.maximum(a, low, out=a)
-        np.minimum(a, high, out=a)
+    while True:
+        a = np.clip(W @ x - W_mu, low, high)  # Eq. (2)
         x, r, terminated, truncated, _ = env.step(a)
         steps += 1
         total += r
@@ -202,19 +209,6 @@ def job(args, params: tuple, kind: str, k: int) -> tuple:
     plus = rollout(env, M + nu * delta, mu, inv_sigma, env_seed, **shaping)
     minus = rollout(env, M - nu * delta, mu, inv_sigma, env_seed, **shaping)
     return plus, minus
-
-
-def run_jobs(pool, args, params: tuple, jobs: list) -> list:
-    """The results of jobs [(kind, k), ...] in their order, whichever worker ran each."""
-    try:
-        with stops_held():
-            futures = [pool.submit(job, args, params, kind, k) for kind, k in jobs]
-            return [future.result() for future in futures]
-    except BrokenExecutor:  # a worker process died
-        raise WorkerDied("a worker process died") from None
-    except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}") from None
 
 
 # ---- training: Algorithm 2 of the paper (docs/ars.md, "Pseudocode") ----
@@ -253,36 +247,36 @@ def evaluate(pool, state: dict, args, episodes: range) -> np.ndarray:  # the noi
 
 
 def train(args) -> dict:
-    run = Run(args)  # M_0 = 0 and stats (0, 0, 0), or both from --resume; the workers start
-    state, reached = run.state, False
+    run = Run(args)  # M_0 = 0 and stats (0, 0, 0), or both from --resume; the workers
+    state = run.state
+    target = args.target_return
     try:
         while state["iteration"] < args.iterations:
+            if STOP.is_set():  # Ctrl-C or SIGTERM: the run ends with what it logged
+                return run.end(state, "interrupted")
             new, info = ars_iteration(run.pool, state, args)  # N pairs, Eqs. (3)-(6)
             if not info["finite"]:
                 return run.end(state, "diverged")  # the last good state is checkpointed
-            due = new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations
-            ev = evaluate(run.pool, new, args, range(args.eval_episodes)) if due else None
-            screen = due and args.target_return is not None and ev.mean() >= args.target_return
-            E = args.eval_episodes  # K fresh episodes confirm the screen
-            K = args.confirm_episodes
-            confirm = evaluate(run.pool, new, args, range(E, E + K)) if screen and K else None
-            run.log(new, info, ev, confirm)  # progress.csv, the progress line, the checkpoint
-            confirmed = confirm is None or confirm.mean() >= args.target_return
-            state, reached = new, screen and confirmed  # one statement: no stop between them
-            if reached:  # logged: from here on a stop keeps this iteration, and its target
+            ev = confirm = None
+            if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
+                ev = evaluate(run.pool, new, args, range(args.eval_episodes))
+            reached = ev is not None and target is not None and ev.mean() >= target
+            if reached and args.confirm_episodes:  # K fresh episodes must confirm the screen
+                E = args.eval_episodes
+                confirm = evaluate(run.pool, new, args, range(E, E + args.confirm_episodes))
+                reached = confirm.mean() >= target
+            state = new
+            run.log(state, info, ev, confirm)  # progress.csv, the progress line, the checkpoint
+            if reached:
                 return run.end(state, "target")
         return run.end(state, "done")
-    except (KeyboardInterrupt, WorkerDied) as e:  # Ctrl-C, SIGTERM, a dead worker: keep the last
-        if reached:
-            return run.end(state, "target")
-        return run.end(state, f"stopped: {e}" if str(e) else "interrupted")
+    except WorkerDied as e:  # the run ends with its last logged iteration
+        return run.end(state, "interrupted" if STOP.is_set() else f"stopped: {e}")
+    finally:
+        run.close()  # however it ends, the workers stop
 
 
-# ---- plumbing: checks, workers, Ray, run directory, checkpoints, --play, main ----
-class WorkerDied(Exception):
-    """A rollout process died, or a rollout failed: the run stops with its last checkpoint."""
-
-
+# ---- plumbing: the command line, stops, workers, Ray, run directory, --play (not the math) ----
 class Parser(argparse.ArgumentParser):
     """argparse, with a user's mistake in one line: 'SCRIPT: error: ... (see --help)', status 2."""
 
@@ -290,9 +284,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
-    if not ok:
-        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows every flag's default, and the presets as the table written below."""
+
+
+def preset_table() -> str:  # --help's epilog: a row per preset, the flags by their symbols
+    symbols = dict(alpha="α", nu="ν", n_directions="N", top_b="b", version="V", shift="shift")
+    symbols.update(
+        reward_clip="clip", iterations="T", eval_episodes="evals", target_return="target"
+    )
+    symbols.update(confirm_episodes="confirm")
+    rows = [["--env", *symbols.values()]]
+    for env_id in [*PRESETS, "any other"]:
+        rows.append([env_id, *(str(preset(env_id)[key]) for key in symbols)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    return "presets (a flag overrides its preset):\n  " + "\n  ".join(table)
 
 
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
@@ -307,27 +314,46 @@ def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite flo
     return number
 
 
-def configure(args) -> argparse.Namespace:
-    """--resume's saved options, then the preset; what no one flag can check; the workers."""
-    if args.resume is not None:
-        given = {key for key, value in vars(args).items() if value is not None}
-        fixed = sorted(given - {"resume", *STEER})  # given on the command line, and not in STEER
-        fixed_flags = ", --".join(fixed).replace("_", "-")
-        steer_flags = ", --".join(STEER).replace("_", "-")
-        check(not fixed, f"--{fixed_flags} cannot change a resumed run; only --{steer_flags} can")
-        for key, value in read_config(args.resume).items():
-            if getattr(args, key, False) is None and key not in ("workers", "ray", "ray_address"):
-                setattr(args, key, value)
-    preset = {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}
-    for key, value in preset.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
+    if not ok:
+        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
+
+
+# What a resumed run takes from its config.json; of these, only STEER may be given new values.
+SAVED = "env seed iterations alpha nu n_directions top_b version shift reward_clip actions "
+SAVED += "episode_length out_dir eval_every eval_episodes save_every target_return "
+SAVED = (SAVED + "confirm_episodes video_every").split()
+STEER = "iterations alpha nu target_return save_every video_every".split()  # and the workers
+
+
+def parse(argv: list) -> argparse.Namespace:
+    """The flags over the preset of --env; with --resume, over the options of the saved run."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--env", default="BipedalWalker-v3")
+    first.add_argument("--resume")
+    known = first.parse_known_args(argv)[0]
+    p = build_parser(known.env)
+    if known.resume is not None:
+        saved = read_config(known.resume)
+        p.set_defaults(**{key: saved[key] for key in SAVED})
+    args = p.parse_args(argv)
+    if known.resume is not None:
+        changed = [key for key in SAVED if key not in STEER and getattr(args, key) != saved[key]]
+        steer = ", --".join(STEER + ["workers", "ray", "ray-address"]).replace("_", "-")
+        flag = "--" + "".join(changed[:1]).replace("_", "-")
+        check(not changed, f"{flag} cannot change a resumed run; only --{steer} can")
+    args.command = shlex.join(["python", "ars.py", *argv])  # config.json: the same run again
+    return args
+
+
+def configure(args) -> argparse.Namespace:  # what no one flag can check; the workers
     check(args.top_b <= args.n_directions, f"--top-b must be <= --n-directions {args.n_directions}")
     try:
         env = gym.make(args.env)
     except (gym.error.Error, ImportError) as e:  # an unknown id, a missing extra, a retired version
         check(False, e)
-    obs, act = env.observation_space, env.action_space
+    obs = env.observation_space
+    act = env.action_space
     takes = "ARS takes a flat Box of observations and Box actions (discrete: es_basic.py)"
     ok = isinstance(act, gym.spaces.Box) and len(obs.shape or ()) == 1
     check(ok, f"{args.env} has {act} actions: {takes}")
@@ -375,50 +401,59 @@ def reset_env(env, seed: int):
     return env.reset(seed=seed)
 
 
-PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
-STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and the stop a job scheduler sends
-SCRIPT = os.path.basename(__file__)  # this file, as its run directories name it
+def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalmass: not ours
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
 
 
-def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
+def quiet_mujoco():  # MuJoCo's warnings through mujoco_warning, in the master and each worker
+    with contextlib.suppress(ImportError):
+        import mujoco
+
+        mujoco.set_mju_user_warning(mujoco_warning)
+
+
+SCRIPT = "ars.py"  # as its run directories name it
+STOP = threading.Event()  # set by Ctrl-C or SIGTERM; train() ends the run after the iteration
+
+
+def on_stop(signum, frame):  # the first stop sets STOP; a second ends the process at once
+    if STOP.is_set():
+        os._exit(130)
+    STOP.set()
+
+
+def init_worker():  # a worker: Ctrl-C is its master's to act on, and it ends with its master
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # forked inside stops_held()
-    if sys.platform == "linux":  # even a master killed with SIGKILL
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker has its master's on_stop
+    quiet_mujoco()  # a worker started by spawn or forkserver has not the master's
+    master = multiprocessing.parent_process().sentinel  # ready once the master has ended
+    threading.Thread(target=exit_after, args=(master,), daemon=True).start()
 
 
-@contextlib.contextmanager
-def stops_held():
-    """Ctrl-C and SIGTERM wait while the workers' queues are in use (a KeyboardInterrupt raised
-    inside them could leave a lock taken, and the run hang at its end), then raise as it ends."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+def exit_after(sentinel):  # even a master killed with SIGKILL leaves no worker behind
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
+
+
+class WorkerDied(Exception):
+    """A worker process died, or a rollout failed: the run ends with its last logged iteration."""
+
+
+def run_jobs(pool, args, params: tuple, jobs: list) -> list:
+    """The results of jobs [(kind, k), ...] in their order, whichever worker ran each."""
     try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def start_ray(address):  # Ray is imported only for --ray: it stays optional
-    try:
-        import ray
-    except ImportError:
-        check(False, "--ray needs Ray: pip install ray")
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        host, _, port = (address or "").replace("ray://", "").rpartition(":")
-        handler = signal.getsignal(signal.SIGTERM)  # ray.init's own would skip the checkpoint
-        try:  # Ray itself would retry an address that does not answer for minutes
-            if host and port.isdigit():
-                socket.create_connection((host, int(port)), timeout=10).close()
-            ray.init(address=address, log_to_driver=False, include_dashboard=False)
-        except Exception as e:  # a closed port; no cluster for 'auto'; ...
-            reason = getattr(e, "strerror", None) or e
-            check(False, f"no Ray cluster answers at {address} ({reason})")
-        signal.signal(signal.SIGTERM, handler)
-    if __name__ != "__main__":  # imported (tests, notebooks): this file's code goes by value
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    return ray
+        futures = [pool.submit(job, args, params, kind, k) for kind, k in jobs]
+        return [future.result() for future in futures]
+    except (BrokenExecutor, EOFError, OSError):
+        # A worker, or the forkserver, died. The others end now: a pool that breaks while it is
+        # still starting workers can miss one, and then wait for it forever.
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+        raise WorkerDied("a worker process died") from None
+    except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}") from None
 
 
 def make_pool(args):  # the workers: processes started at the first job, or Ray's
@@ -427,17 +462,32 @@ def make_pool(args):  # the workers: processes started at the first job, or Ray'
     return ProcessPoolExecutor(args.workers, initializer=init_worker)
 
 
-class RayExecutor:
-    """Ray tasks behind the part of ProcessPoolExecutor's interface the run uses: submit(fn,
-    *args) returns a Future. Tasks spread over the nodes; one whose worker is lost runs again, 3
-    times at most, with the same result (a job names its own randomness)."""
+def start_ray(address):  # Ray is imported only for --ray: it stays optional
+    try:
+        import ray
+    except ImportError:
+        check(False, "--ray needs Ray: pip install ray")
+    address = address or os.environ.get("RAY_ADDRESS")
+    host, _, port = (address or "").replace("ray://", "").rpartition(":")
+    try:  # Ray itself would retry an address that does not answer for minutes
+        if host and port.isdigit():
+            socket.create_connection((host, int(port)), timeout=10).close()
+        if not ray.is_initialized():
+            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    except Exception as e:  # a closed port; no cluster for 'auto'; ...
+        check(False, f"no Ray cluster answers at {address} ({getattr(e, 'strerror', None) or e})")
+    if __name__ != "__main__":  # imported (tests, notebooks): this file's code goes by value
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray
 
+
+class RayExecutor:  # Ray tasks as submit(fn, *args) -> Future; a lost worker's task runs again
     def __init__(self, address):
         self.ray = start_ray(address)
-        self.remote = {}
+        self.remote = {}  # fn: its Ray task, spread over the nodes, run again up to 3 times
         ENVS.clear()  # Ray takes this file's globals by value: this process's own would travel
 
-    def submit(self, fn, *args):
+    def submit(self, fn, *args):  # a task run again gives the same result: a job names its seeds
         if fn not in self.remote:
             options = dict(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")
             self.remote[fn] = self.ray.remote(**options)(fn)
@@ -447,22 +497,33 @@ class RayExecutor:
         pass  # Ray's worker processes are Ray's
 
 
-def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
-    here = os.path.dirname(os.path.abspath(__file__))
-    git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
-    cpu = {}  # Linux: the first processor's "model name", "flags", ...
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            cpu.setdefault(key.strip(), value.strip())
-    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    machine = dict(processor=cpu.get("model name", ""), simd=simd, cores=cores)  # bits: its SIMD
-    versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
-    versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
-    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions, **machine)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(config, f, default=str)
+def write_file(path: str, data: bytes):  # whole or not at all: a temporary file, then renamed
+    try:
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    except OSError as e:  # a full disk: the file as it was, no temporary file, its path named
+        with contextlib.suppress(OSError):
+            os.remove(path + ".tmp")
+        raise OSError(e.errno, e.strerror, path) from None
+
+
+def lock(run_dir: str):
+    """RUN_DIR/.lock, locked while this master writes the run: the system lifts the lock when the
+    process ends, however it ends, and forked workers do not hold it."""
+    f = open(os.path.join(run_dir, ".lock"), "a")  # noqa: SIM115 (held as long as the run)
+    try:
+        if sys.platform == "win32":
+            import msvcrt
+
+            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        check(False, f"another ars.py is writing '{run_dir}': wait for it to end, or stop it")
+    return f
 
 
 COLUMNS = (
@@ -473,47 +534,54 @@ COLUMNS = (
 
 
 class Run:
-    """The run directory, the progress line, the checkpoints, the workers, how a run ends."""
+    """The run directory and its files, the progress line, the workers, how a run ends."""
 
     def __init__(self, args):
         self.args = args
-        self.ev = np.nan  # the last evaluation's mean, shown until the next one
-        self.best = np.nan  # the best evaluation's mean so far, shown beside a target
-        variant = f"V{args.version}-t" if args.top_b < args.n_directions else f"V{args.version}"
-        self.title = f"ARS {variant} on {args.env}"  # of progress.png
         p, n = args.dims
         stats = (0, np.zeros(n), np.zeros(n))  # (count, mean, m2) of no state yet
         self.state = dict(M=np.zeros((p, n)), iteration=0, episodes=0, env_steps=0, stats=stats)
         self.state["wall_time"] = 0.0
-        rows = []
-        if args.resume:  # the log up to the checkpoint: a resumed run redoes what came after it
+        self.rows = []  # progress.csv: a dict per iteration
+        if args.resume is None:
+            name = f"{args.env}__ars__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+            self.dir = os.path.join(args.out_dir, name)
+            os.makedirs(os.path.join(self.dir, "checkpoints"))  # an OSError here: one line (main)
+        else:
             self.dir = args.resume
+        self.lock = lock(self.dir)  # one master per run directory
+        if args.resume is not None:  # the log up to the checkpoint: what came after it is redone
             self.state = load_checkpoint(os.path.join(self.dir, "checkpoints", "latest.npz"), args)
             with open(os.path.join(self.dir, "progress.csv")) as f:
                 rows = list(csv.DictReader(f))
-            rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
-            for row in rows:  # the evaluations so far, for the progress line
-                if row["eval_return_mean"] != "nan":
-                    self.ev = float(row["eval_return_mean"])
-                    self.best = np.fmax(self.best, self.ev)
-        else:
-            name = f"{args.env}__ars__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-            self.dir = os.path.join(args.out_dir, name)
-        try:
-            os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))
-            write_config(self.dir, args, SCRIPT)
-            self.file = open(os.path.join(self.dir, "progress.csv"), "w")  # noqa: SIM115 (the run's)
-        except OSError as e:
-            check(False, f"cannot write {e.filename}: {e.strerror} (choose another --out-dir)")
-        self.csv = csv.DictWriter(self.file, COLUMNS, lineterminator="\n")
-        self.csv.writeheader()
-        self.csv.writerows(rows)
-        self.file.flush()
+            self.rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
+        versions = dict(
+            python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__
+        )
+        versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
+        config = dict(vars(args), script="ars.py", **versions)
+        write_file(os.path.join(self.dir, "config.json"), json.dumps(config, indent=1).encode())
+        self.write_progress()
+        variant = f"V{args.version}-t" if args.top_b < args.n_directions else f"V{args.version}"
+        self.title = f"ARS {variant} on {args.env}"  # of progress.png
         self.t0 = time.time() - self.state["wall_time"]
-        import matplotlib.figure  # noqa: F401 (here: a stop that cut this import short breaks plots)
-
         self.pool = make_pool(args)
         print(f"run directory: {self.dir}", flush=True)
+
+    def close(self):  # the workers stop, once the episodes under way are done; the lock is lifted
+        self.pool.shutdown(cancel_futures=True)
+        self.lock.close()
+
+    def write_progress(self):  # progress.csv, a row per iteration logged
+        text = io.StringIO()
+        table = csv.DictWriter(text, COLUMNS, lineterminator="\n")
+        table.writeheader()
+        table.writerows(self.rows)
+        write_file(os.path.join(self.dir, "progress.csv"), text.getvalue().encode())
+
+    def evaluations(self) -> list:  # (mean, iteration) of each evaluation logged so far
+        means = [(float(row["eval_return_mean"]), int(row["iteration"])) for row in self.rows]
+        return [(mean, it) for mean, it in means if not math.isnan(mean)]
 
     def log(self, state: dict, info: dict, ev, confirm):
         a = self.args
@@ -521,26 +589,25 @@ class Run:
         R, L = info["returns"], info["lengths"]  # of the 2N training episodes
         state["wall_time"] = time.time() - self.t0
         speed = L.sum() / info["seconds"]
-        if ev is None:
-            ev = np.array([np.nan])
-        else:
-            self.ev = ev.mean()
-            self.best = np.fmax(self.best, self.ev)
+        shown = ev if ev is not None else np.array([np.nan])
         row = dict(iteration=it, episodes=state["episodes"], env_steps=state["env_steps"])
         row.update(wall_time_s=round(state["wall_time"], 2), steps_per_s=round(speed, 1))
         row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
-        row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
+        row.update(eval_return_mean=shown.mean())
+        row.update(eval_return_std=shown.std() if shown.size > 1 else np.nan)
         row.update(sigma_R=info["sigma_R"], step_norm=info["step_norm"])
         row.update(M_norm=np.linalg.norm(state["M"]), mean_length=L.mean())
         confirmed = np.nan if confirm is None else confirm.mean()
         row.update(obs_count=state["stats"][0], confirm_return_mean=confirmed)
-        self.csv.writerow(row)
-        self.file.flush()
+        self.rows.append(row)
+        self.write_progress()
+        evals = self.evaluations()
+        evaluation = f"eval {evals[-1][0]:7.1f}" if evals else "eval       -"
         eta = (a.iterations - it) * state["wall_time"] / it / 60
-        evaluation = f"eval {self.ev:7.1f}"
         left = f"ETA {eta:5.1f} min"
         if a.target_return is not None:  # a run that reaches its target stops before the cap
-            evaluation += f" (best {self.best:.1f} of {a.target_return:g})"
+            best = f"{max(mean for mean, _ in evals):.1f}" if evals else "-"
+            evaluation += f" (best {best} of {a.target_return:g})"
             left = f"cap {a.iterations} in {eta:.1f} min"
         print(
             f"it {it:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
@@ -548,88 +615,67 @@ class Run:
             f"steps/s | {state['wall_time'] / 60:5.1f} min | {left}",
             flush=True,
         )
-        if it % a.save_every == 0 or not np.isnan(ev).all():
+        if confirm is not None and confirm.mean() < a.target_return:
+            print(
+                f"  the evaluation {ev.mean():.1f} reached {a.target_return:g}, but its "
+                f"{confirm.size} fresh episodes gave {confirm.mean():.1f}: the run goes on",
+                flush=True,
+            )
+        if it % a.save_every == 0 or ev is not None:
             save_checkpoint(self.dir, state, a.env)
-            plot(self.dir, self.title)
+            write_file(os.path.join(self.dir, "progress.png"), plot(self.rows, self.title))
         if a.video_every and it % a.video_every == 0:
-            write_gif(a, state, os.path.join(self.dir, "video", f"iter_{it:06d}.gif"), it)
+            os.makedirs(os.path.join(self.dir, "video"), exist_ok=True)
+            write_file(os.path.join(self.dir, "video", f"iter_{it:06d}.gif"), film(a, state, it))
 
-    def end(self, state: dict, status: str) -> dict:
-        """Stops the workers; the last logged state checkpointed and plotted; the last line."""
-        self.pool.shutdown(cancel_futures=True)  # once the episodes under way are done
-        self.file.close()
+    def end(self, state: dict, status: str) -> dict:  # the checkpoint, the plot, the last line
         a = self.args
         save_checkpoint(self.dir, state, a.env)
-        best, at = np.nan, 0  # the best evaluation and its iteration, from the plot
-        if state["iteration"]:
-            best, at = plot(self.dir, self.title)
+        if self.rows:
+            write_file(os.path.join(self.dir, "progress.png"), plot(self.rows, self.title))
         done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"
         if status == "target":
             message = f"target {a.target_return} reached at iteration {done}"
         elif status == "done":
             message = f"done, iteration {done}"
-            if a.target_return is not None:
+            evals = self.evaluations()
+            if a.target_return is not None and evals:
+                best, at = max(evals, key=lambda evaluation: evaluation[0])  # the first best
                 message += f"; the target {a.target_return} was not reached: the best evaluation "
-                message += f"was {best:.1f}, at iteration {at:.0f}"
+                message += f"was {best:.1f}, at iteration {at}"
         elif status == "diverged":
             message = f"NaN or inf after iteration {done}; its checkpoint is kept (a smaller "
             message += "--alpha or --nu?)"
         else:
-            message = f"{status}: resume with  python ars.py --resume {self.dir}"
+            again = shlex.join(["python", "ars.py", "--resume", self.dir])
+            message = f"{status}: resume with  {again}"
         print(message, file=sys.stdout if status in ("target", "done") else sys.stderr)
         return dict(state, run_dir=self.dir, status=status)
 
 
-def save_checkpoint(run_dir: str, state: dict, env_id: str):
+def save_checkpoint(run_dir: str, state: dict, env_id: str):  # what --resume and --play read
     count, mean, m2 = state["stats"]
     saved = {key: value for key, value in state.items() if key != "stats"}
-    saved.update(env=env_id, obs_count=count, obs_mean=mean, obs_m2=m2)
-    tmp = os.path.join(run_dir, "checkpoints", "tmp.npz")
-    with stops_held():  # a stop waits for the files
-        for name in (f"iter_{state['iteration']:06d}.npz", "latest.npz"):
-            np.savez(tmp, **saved)  # written whole, then renamed
-            os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
+    data = io.BytesIO()
+    np.savez(data, env=env_id, obs_count=count, obs_mean=mean, obs_m2=m2, **saved)
+    for name in (f"iter_{state['iteration']:06d}.npz", "latest.npz"):
+        write_file(os.path.join(run_dir, "checkpoints", name), data.getvalue())
 
 
-def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
-    p, n = args.dims
-    fields = dict(M=((p, n), "finite"), obs_mean=((n,), "finite"), obs_m2=((n,), "nonnegative"))
-    fields.update(obs_count=((), "count"), iteration=((), "count"), episodes=((), "count"))
-    fields.update(env_steps=((), "count"), wall_time=((), "nonnegative"), env=((), "any"))
-    c = read_checkpoint(path, fields, args.env)
-    stats = (int(c["obs_count"]), c["obs_mean"], c["obs_m2"])
-    state = dict(M=c["M"], iteration=int(c["iteration"]), episodes=int(c["episodes"]))
-    state.update(env_steps=int(c["env_steps"]), wall_time=float(c["wall_time"]), stats=stats)
-    return state
-
-
-def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
-    """The arrays of the .npz file at path, checked: fields[name] = (shape, kind), shape None for
-    any, kind "count" (integers >= 0), "finite", "nonnegative" (finite, >= 0) or "any"; env_id,
-    if given, is the environment it must be for. Anything else is one line, exit status 2."""
-    check(os.path.isfile(path), f"there is no file '{path}'")
+def load_checkpoint(path: str, args) -> dict:  # the state save_checkpoint wrote, for args.env
     try:
         with np.load(path, allow_pickle=False) as f:
-            saved = {name: f[name] for name in f.files}
-    except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
-        reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
-        check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
-    missing = ", ".join(name for name in fields if name not in saved)
-    check(not missing, f"'{path}' is no checkpoint of {SCRIPT}: it has no {missing}")
-    if env_id is not None:
-        env = saved["env"]
-        check(env == env_id, f"the checkpoint '{path}' is for {env}, not {env_id}")
-    for name, (shape, kind) in fields.items():
-        x = saved[name]
-        damaged = f"the checkpoint '{path}' is damaged: its {name}"
-        check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
-        if kind == "count":
-            check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
-        if kind in ("finite", "nonnegative"):
-            check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
-        if kind == "nonnegative":
-            check((x >= 0).all(), f"{damaged} is negative")
-    return saved
+            c = {name: f[name] for name in f.files}
+        stats = (int(c["obs_count"]), c["obs_mean"], c["obs_m2"])
+        state = dict(M=c["M"], iteration=int(c["iteration"]), episodes=int(c["episodes"]))
+        state.update(env_steps=int(c["env_steps"]), wall_time=float(c["wall_time"]), stats=stats)
+        env = str(c["env"])
+    except Exception as e:  # missing, not a zip, cut short, pickled, not ars.py's
+        check(False, f"cannot read the checkpoint '{path}' ({type(e).__name__}: {e})")
+    check(env == args.env, f"the checkpoint '{path}' is for {env}, not {args.env}")
+    shape = tuple(args.dims)
+    check(state["M"].shape == shape, f"the checkpoint '{path}' has no M of shape {shape}")
+    return state
 
 
 def read_config(run_dir: str) -> dict:  # config.json of a run directory of this script
@@ -643,40 +689,38 @@ def read_config(run_dir: str) -> dict:  # config.json of a run directory of this
     return config
 
 
-def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best evaluation
+def plot(rows: list, title: str) -> bytes:  # progress.png: the learning curve
     from matplotlib.figure import Figure
 
-    c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
-    ev = c["eval_return_mean"]
-    ok = ~np.isnan(ev)
+    c = {key: np.array([row[key] for row in rows], dtype=float) for key in COLUMNS}
+    ok = ~np.isnan(c["eval_return_mean"])
     fig = Figure((7, 4))  # fixed margins: a tight layout costs as much as the drawing
     ax = fig.subplots(gridspec_kw=dict(left=0.12, right=0.97, bottom=0.12, top=0.92))
     ax.fill_between(c["env_steps"], c["return_min"], c["return_max"], alpha=0.2, label="range")
     ax.plot(c["env_steps"], c["return_mean"], label="training (mean)")
-    ax.plot(c["env_steps"][ok], ev[ok], "o-", label="evaluation (mean)")
+    ax.plot(c["env_steps"][ok], c["eval_return_mean"][ok], "o-", label="evaluation (mean)")
     ax.set(xlabel="environment steps", ylabel="return", title=title)
     ax.legend(loc="lower right")
-    fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
-    if not ok.any():
-        return np.nan, 0
-    return np.nanmax(ev), c["iteration"][np.nanargmax(ev)]
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=90)
+    return image.getvalue()
 
 
-def write_gif(args, state: dict, path: str, key: int = 10**6) -> str:
-    """Evaluation episode 0 of iteration `key` as a GIF of every second frame."""
-    from PIL import Image  # comes with matplotlib
-
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
-    os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
+def film(args, state: dict, key: int) -> bytes:  # evaluation episode 0 of iteration `key`
     mu, inv_sigma = normalizer(state["stats"], args.version)
     env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
     env_seed = int(stream(args.seed, EVAL, key, 0).integers(2**31))
     rollout(env, state["M"], mu, inv_sigma, env_seed, clip_actions=args.actions == "clipped")
-    # every second frame RenderCollection kept (one a step), at 12.5 frames per second
-    images = [Image.fromarray(frame[::2, ::2]) for frame in env.render()[::2]]  # half size
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
-    return path
+    return gif(env.render())
+
+
+def gif(frames: list) -> bytes:  # every second frame (one a step), at half size, 12.5 per second
+    from PIL import Image  # comes with matplotlib
+
+    images = [Image.fromarray(frame[::2, ::2]) for frame in frames[::2]]
+    data = io.BytesIO()
+    images[0].save(data, format="GIF", save_all=True, append_images=images[1:], duration=80, loop=0)
+    return data.getvalue()
 
 
 def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXXXX.npz
@@ -688,49 +732,48 @@ def play(args) -> np.ndarray:  # --play RUN_DIR or RUN_DIR/checkpoints/iter_XXXX
     config = read_config(run_dir)
     for key in ("env", "version", "episode_length", "actions", "dims"):
         setattr(args, key, config[key])
-    args.seed = args.seed or 0
-    episodes = args.episodes or 10
     state = load_checkpoint(checkpoint, args)
     if args.video:
-        print(f"video: {write_gif(args, state, os.path.join(run_dir, 'video', f'{args.env}.gif'))}")
+        os.makedirs(os.path.join(run_dir, "video"), exist_ok=True)
+        path = os.path.join(run_dir, "video", f"{args.env}.gif")
+        write_file(path, film(args, state, 10**6))
+        print(f"video: {path}", flush=True)
     mu, inv_sigma = normalizer(state["stats"], args.version)
     params = (10**6, state["M"], mu, inv_sigma, 0.0)  # evaluation seeds no run uses
-    R = np.array([job(args, params, "eval", i)[0] for i in range(episodes)])
-    mean = f"mean return {R.mean():.1f} +- {R.std():.1f} over {episodes} episodes"
+    R = np.array([job(args, params, "eval", i)[0] for i in range(args.episodes)])
+    mean = f"mean return {R.mean():.1f} +- {R.std():.1f} over {args.episodes} episodes"
     spread = f"(min {R.min():.1f}, max {R.max():.1f})"
     print(f"{args.env}: {mean} {spread}, policy of iteration {state['iteration']}")
     return R
 
 
-def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalmass: not ours
-    if "settotalmass" not in message:
-        print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
-
-
 def main(argv=None):
-    with contextlib.suppress(ImportError):  # MuJoCo's warnings on stderr, not in a file here
-        import mujoco
-
-        mujoco.set_mju_user_warning(mujoco_warning)
-    args = build_parser().parse_args(argv)
-    playing = args.play is not None
-    check(playing or not (args.video or args.episodes), "--video and --episodes go with --play")
+    args = parse(sys.argv[1:] if argv is None else list(argv))
+    if args.video or args.video_every:  # draw without a display, before MuJoCo loads its renderer
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's
+        if sys.platform == "linux":  # MuJoCo's (elsewhere, the system's own GL)
+            os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
+    quiet_mujoco()  # its warnings on stderr, not in a file MUJOCO_LOG.TXT here
+    stops = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
-        if playing:
+        if args.play is not None:
             return play(args)
-        result = train(configure(args))
-    except OSError as e:  # a --video folder that takes no file, a disk full (the checkpoints stay)
+        args = configure(args)  # Ray, if asked for, starts here: its own SIGTERM handler first
+        STOP.clear()
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTERM, on_stop)  # the stop a job scheduler sends
+        result = train(args)
+    except OSError as e:  # a folder that takes no file, a full disk (the checkpoints stay)
         check(False, f"cannot write {e.filename}: {e.strerror}")
-    except KeyboardInterrupt:  # during --play, or while a run starts
-        sys.exit(130)
+    finally:  # a notebook's Ctrl-C works as before
+        signal.signal(signal.SIGINT, stops[0])
+        signal.signal(signal.SIGTERM, stops[1])
     if result["status"] == "interrupted":
         sys.exit(130)
-    if result["status"] not in ("done", "target"):
-        sys.exit(1)
+    if result["status"] != "done" and result["status"] != "target":
+        sys.exit(1)  # NaN or inf, or a worker process died
     return result
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
     main()

@@ -5,6 +5,7 @@ import glob
 import json
 import multiprocessing
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,14 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import inline_workers, interrupted_runs, left_in_session, only_builtin_types, refused
+from conftest import (
+    POSIX_ONLY,
+    START_METHODS,
+    left_in_session,
+    only_builtin_types,
+    refused,
+    with_start_method,
+)
 
 import ars
 
@@ -38,7 +46,7 @@ def config(**kw):
     argv = []
     for key, value in kw.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    return ars.configure(ars.build_parser().parse_args(argv))
+    return ars.configure(ars.parse(argv))
 
 
 # ---------------------------------------------------------------- the math
@@ -234,7 +242,7 @@ def test_a_resumed_run_takes_its_workers_here_and_may_change_its_target(tmp_path
     seen = {}
     monkeypatch.setattr(ars, "train", lambda args: seen.update(vars(args)) or {"status": "done"})
     ars.main(["--resume", part["run_dir"], "--iterations", "3"])
-    assert seen["workers"] == len(os.sched_getaffinity(0)) and seen["target_return"] == 50.0
+    assert seen["workers"] == os.cpu_count() and seen["target_return"] == 50.0
     assert seen["n_directions"] == 4 and seen["seed"] == 5  # the saved configuration
     ars.main(["--resume", part["run_dir"], "--target-return", "80", "--nu", "0.5"])
     assert seen["target_return"] == 80.0 and seen["nu"] == 0.5
@@ -263,64 +271,25 @@ def test_resume_from_an_older_checkpoint_redoes_the_later_iterations(tmp_path):
     assert_resumes_to(full, half["run_dir"])
 
 
-def test_an_interrupt_during_an_evaluation_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
-    # Ctrl-C or SIGTERM while iteration 4 is evaluated: its update is done but neither evaluated
-    # nor logged. The checkpoint must hold iteration 3, so that the resumed run redoes iteration 4
-    # with its evaluation (which can end a run at its target); it once saved iteration 4 and
-    # skipped both.
+def test_a_stop_during_an_evaluation_ends_the_run_after_that_iteration(tmp_path, monkeypatch):
+    # Ctrl-C or SIGTERM while iteration 4 is evaluated sets the flag; the iteration is finished
+    # and logged, and the run ends before the next one, from where --resume goes on.
     full = run(tmp_path / "full", iterations=6)
     evaluate = ars.evaluate
 
-    def interrupted(pool, state, *a, **kw):
+    def stopped(pool, state, *a, **kw):
         if state["iteration"] == 4:
-            raise KeyboardInterrupt
+            ars.STOP.set()
         return evaluate(pool, state, *a, **kw)
 
-    monkeypatch.setattr(ars, "evaluate", interrupted)
-    half = run(tmp_path / "half", iterations=6)
-    assert half["status"] == "interrupted" and half["iteration"] == 3
+    monkeypatch.setattr(ars, "evaluate", stopped)
+    try:
+        half = run(tmp_path / "half", iterations=6)
+    finally:
+        ars.STOP.clear()
+    assert half["status"] == "interrupted" and half["iteration"] == 4
     monkeypatch.setattr(ars, "evaluate", evaluate)
     assert_resumes_to(full, half["run_dir"])
-
-
-def logged(run_dir) -> list:  # what an interrupted and resumed run must log as the whole one
-    with open(Path(run_dir, "progress.csv")) as f:
-        keys = ("iteration", "return_mean", "eval_return_mean", "confirm_return_mean")
-        return [[row[key] for key in keys] for row in csv.DictReader(f)]
-
-
-@pytest.mark.parametrize("target", [None, -1e9])
-def test_an_interrupt_at_any_line_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch, target):
-    # Every line of an iteration (the update, the evaluation, the log row, the checkpoint) is a
-    # point where Ctrl-C or SIGTERM can stop the run; from each, --resume must give the same run.
-    # With a target (reached and confirmed at iteration 2), a stop from iteration 2's log row on
-    # ends the run there as the uninterrupted one does, instead of leaving it to go on when
-    # resumed (the lines before the log row are the first case's).
-    kw = dict(iterations=2, n_directions=2, top_b=1, eval_episodes=1, save_every=2)
-    kw.update(episode_length=10)  # short episodes: the run's lines are what is tested
-    from_line = "while state["
-    if target is not None:
-        kw.update(target_return=target, confirm_episodes=1)
-        from_line = "run.log("
-    monkeypatch.setattr(ars, "plot", lambda *a: (np.nan, 0))  # fast: many runs, each resumed
-    inline_workers(monkeypatch, ars)  # and no worker process for each
-    full = run(tmp_path / "full", **kw)
-    assert full["status"] == ("done" if target is None else "target")
-    points = 0
-    for n, half in interrupted_runs(
-        ars.train,
-        lambda n: run(tmp_path / f"at{n}", **kw),
-        after=1,
-        also=(ars.Run.log, ars.evaluate, ars.save_checkpoint),
-        from_line=from_line,
-    ):
-        if half["status"] == "interrupted":
-            half = ars.main(["--resume", half["run_dir"], "--iterations", "2"])
-        assert half["status"] == full["status"], f"interrupted at line {n}"
-        np.testing.assert_array_equal(full["M"], half["M"], err_msg=f"interrupted at line {n}")
-        assert logged(half["run_dir"]) == logged(full["run_dir"]), f"interrupted at line {n}"
-        points = n
-    assert points > 15  # every line of the second pass of the loop, and of the log and checkpoint
 
 
 class RecordingEnv(gym.Env):
@@ -496,10 +465,8 @@ def test_the_generic_defaults_learn_lunar_lander(tmp_path):
         target_return=-64,
         seed=0,
         workers=2,
-        **{
-            key: ars.GENERIC[key]
-            for key in ("n_directions", "top_b", "eval_every", "eval_episodes")
-        },
+        eval_every=ars.build_parser().get_default("eval_every"),
+        **{key: ars.GENERIC[key] for key in ("n_directions", "top_b", "eval_episodes")},
     )
     assert result["status"] == "target", result["iteration"]  # -31.1 at iteration 30, seed 0
 
@@ -509,7 +476,7 @@ def test_target_return_stops_the_run(tmp_path):
     assert result["status"] == "target" and result["iteration"] == 2  # the first evaluation
 
 
-def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path, monkeypatch):
+def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path, monkeypatch, capsys):
     evaluate = ars.evaluate
 
     def lucky(pool, state, args, episodes):  # every screen passes, and no confirmation
@@ -518,6 +485,9 @@ def test_a_target_must_be_confirmed_on_fresh_episodes(tmp_path, monkeypatch):
     monkeypatch.setattr(ars, "evaluate", lucky)
     never = run(tmp_path / "a", iterations=6, target_return=1e6, confirm_episodes=3)
     assert never["status"] == "done" and never["iteration"] == 6
+    said = [line for line in capsys.readouterr().out.splitlines() if "fresh episodes" in line]
+    assert len(said) == 3 and "reached 1e+06, but its 3 fresh episodes gave -" in said[0]
+    assert said[0].endswith(": the run goes on")
     rows = Path(never["run_dir"], "progress.csv").read_text().splitlines()[1:]
     confirmed = [r.split(",")[-1] for r in rows]
     assert confirmed[0] == "nan" and float(confirmed[1]) < 0  # evaluated on iterations 2, 4, 6
@@ -650,6 +620,7 @@ def fail_after(seconds):
 
 
 @FORK_ONLY
+@POSIX_ONLY  # SIGALRM
 def test_a_dying_worker_ends_the_run_with_an_error_not_a_hang(tmp_path):
     fail_after(60)
     try:
@@ -697,6 +668,7 @@ def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_pa
     assert int(ck["iteration"]) == 3 and int(ck["episodes"]) == 12
 
 
+@POSIX_ONLY
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
     proc = subprocess.Popen(
         [
@@ -745,11 +717,13 @@ def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
 # ---------------------------------------------------------------- the command line
 
 
-def test_help_lists_the_presets():
-    out = cli("--help")
-    assert out.returncode == 0
-    for env_id in ars.PRESETS:
-        assert env_id in out.stdout
+def test_help_shows_the_defaults_of_the_environment_and_the_presets():
+    out = cli("--env", "Hopper-v5", "--help")
+    assert out.returncode == 0 and "The defaults shown are Hopper-v5's preset." in out.stdout
+    assert "(default: 0.025)" in out.stdout and "(default: runs)" in out.stdout  # ν, --out-dir
+    table = out.stdout[out.stdout.index("presets (a flag overrides its preset)") :].splitlines()
+    assert [row.split()[0] for row in table[2:]] == [*ars.PRESETS, "any"]
+    assert table[3].split()[1:6] == ["0.01", "0.025", "8", "4", "2"]  # Hopper: α ν N b V
 
 
 def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
@@ -821,7 +795,6 @@ def bad(tmp_path, *argv):
         (["--env", "Pendulum-v1", "--iterations", "abc"], "invalid number value: 'abc'"),
         (["--env", "Pendulum-v1", "--seed", "-1"], "--seed: must be >= 0"),
         (["--env", "Pendulum-v1", "--actions", "none"], "invalid choice"),
-        (["--env", "Pendulum-v1", "--video"], "--video and --episodes go with --play"),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else None,
 )
@@ -904,6 +877,7 @@ def test_the_progress_line_shows_the_best_evaluation_against_a_target_and_the_ca
             for r in csv.DictReader(f)
             if r["eval_return_mean"] != "nan"
         )
+    assert "| eval       - (best - of 1e+09) |" in first[0]  # no evaluation yet
     assert f"(best {best:.1f} of 1e+09)" in first[-1] and "cap 2 in" in first[-1]
     assert "ETA" not in first[-1]
     ars.main(["--resume", half["run_dir"], "--iterations", "4"])
@@ -912,3 +886,70 @@ def test_the_progress_line_shows_the_best_evaluation_against_a_target_and_the_ca
     run(tmp_path / "no_target", iterations=1)
     plain = lines()[-1]
     assert "ETA" in plain and "best" not in plain and "cap" not in plain
+
+
+def test_the_line_a_stop_prints_resumes_the_run_when_pasted(tmp_path, capsys):
+    ars.STOP.set()  # a Ctrl-C before the first iteration
+    try:
+        stopped = run(tmp_path / "a folder with spaces", iterations=2)
+    finally:
+        ars.STOP.clear()
+    assert stopped["status"] == "interrupted" and stopped["iteration"] == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    command = shlex.split(line.split("resume with ")[1])
+    assert command == ["python", "ars.py", "--resume", stopped["run_dir"]]
+    resumed = ars.main([*command[2:], "--iterations", "2"])
+    np.testing.assert_array_equal(resumed["M"], run(tmp_path / "b", iterations=2)["M"])
+
+
+@POSIX_ONLY
+def test_one_master_per_run_directory_and_a_killed_one_does_not_block_it(tmp_path):
+    """A second master on a run directory that a live one writes is refused in one line and
+    writes nothing; once the first is killed outright (SIGKILL), --resume goes on."""
+    argv = ["--env", "Pendulum-v1", "--n-directions", "2", "--top-b", "1", "--workers", "2"]
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "ars.py"), *argv, "--iterations", "100000"]
+        + ["--save-every", "1", "--out-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        for line in proc.stdout:
+            if line.startswith("it     2"):  # iteration 1 is checkpointed
+                break
+        os.killpg(proc.pid, signal.SIGSTOP)  # it writes nothing while the second one tries
+        (run_dir,) = glob.glob(str(tmp_path / "*__*"))
+        before = {p.name: p.read_bytes() for p in Path(run_dir).rglob("*") if p.is_file()}
+        out = cli("--resume", run_dir, "--iterations", "100000")
+        assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+        assert f"another ars.py is writing '{run_dir}'" in out.stderr
+        assert {p.name: p.read_bytes() for p in Path(run_dir).rglob("*") if p.is_file()} == before
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with np.load(os.path.join(run_dir, "checkpoints", "latest.npz")) as f:
+        iterations = str(int(f["iteration"]) + 1)
+    out = cli("--resume", run_dir, "--iterations", iterations, "--workers", "1")
+    assert out.returncode == 0 and f"done, iteration {iterations}" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_mujocos_warning_of_gymnasiums_models_is_silenced_in_the_master_and_its_workers(
+    tmp_path, method
+):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {method} on this system")
+    pytest.importorskip("mujoco")  # HalfCheetah-v5's model has a settotalmass MuJoCo warns of
+    argv = ["--env", "HalfCheetah-v5", "--n-directions", "2", "--top-b", "1", "--iterations", "1"]
+    argv += ["--episode-length", "5", "--eval-episodes", "1", "--workers", "2", "--out-dir", "runs"]
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "ars.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=with_start_method(method),
+    )
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert os.listdir(tmp_path) == ["runs"]  # no MUJOCO_LOG.TXT either
