@@ -670,25 +670,10 @@ def test_a_dying_worker_leaves_the_last_finished_iteration_to_resume_from(tmp_pa
 
 @POSIX_ONLY
 def test_sigterm_stops_workers_and_leaves_a_checkpoint(tmp_path):
+    argv = "--env Pendulum-v1 --iterations 100000 --workers 2 --save-every 1000 --eval-every 1"
+    argv += " --eval-episodes 20"  # likely stopped mid-evaluation
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(ROOT, "ars.py"),
-            "--env",
-            "Pendulum-v1",
-            "--iterations",
-            "100000",
-            "--workers",
-            "2",
-            "--save-every",
-            "1000",
-            "--eval-every",
-            "1",
-            "--eval-episodes",
-            "20",  # likely stopped mid-evaluation
-            "--out-dir",
-            str(tmp_path),
-        ],
+        [sys.executable, os.path.join(ROOT, "ars.py"), *argv.split(), "--out-dir", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -727,24 +712,8 @@ def test_help_shows_the_defaults_of_the_environment_and_the_presets():
 
 
 def test_command_line_run_writes_the_run_directory_and_plays_it(tmp_path):
-    out = cli(
-        "--env",
-        "Pendulum-v1",
-        "--iterations",
-        "3",
-        "--n-directions",
-        "2",
-        "--top-b",
-        "1",
-        "--eval-every",
-        "1",
-        "--eval-episodes",
-        "1",
-        "--workers",
-        "2",
-        "--out-dir",
-        str(tmp_path),
-    )
+    argv = "--env Pendulum-v1 --iterations 3 --n-directions 2 --top-b 1 --eval-every 1"
+    out = cli(*argv.split(), "--eval-episodes", "1", "--workers", "2", "--out-dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     (run_dir,) = glob.glob(str(tmp_path / "Pendulum-v1__ars__0__*"))
     cfg = json.loads(Path(run_dir, "config.json").read_text())
@@ -831,27 +800,11 @@ def test_video_every_films_the_evaluation_policy_and_play_takes_a_checkpoint_fil
     videos = sorted(os.listdir(os.path.join(filmed["run_dir"], "video")))
     assert videos == ["iter_000002.gif", "iter_000004.gif"]
     assert Path(filmed["run_dir"], "video", videos[0]).read_bytes()[:6] == b"GIF89a"
-    first = ars.main(
-        [
-            "--play",
-            os.path.join(plain["run_dir"], "checkpoints", "iter_000001.npz"),
-            "--episodes",
-            "2",
-        ]
-    )
+    checkpoint = os.path.join(plain["run_dir"], "checkpoints", "iter_00000{}.npz").format
+    first = ars.main(["--play", checkpoint(1), "--episodes", "2"])
     last = ars.main(["--play", plain["run_dir"], "--episodes", "2"])
     assert not np.allclose(first, last)  # another policy, on the same two episodes
-    np.testing.assert_array_equal(
-        last,
-        ars.main(
-            [
-                "--play",
-                os.path.join(plain["run_dir"], "checkpoints", "iter_000004.npz"),
-                "--episodes",
-                "2",
-            ]
-        ),
-    )
+    np.testing.assert_array_equal(last, ars.main(["--play", checkpoint(4), "--episodes", "2"]))
 
 
 @pytest.mark.parametrize("target", [1e9, 0.0])  # Pendulum's returns are negative: 0.0 is missed

@@ -516,7 +516,9 @@ def test_a_second_ctrl_c_ends_the_run_at_once(tmp_path, method):
         os.killpg(proc.pid, signal.SIGINT)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=2)
-        time.sleep(1)
+        deadline = time.time() + 5  # the workers end once they see their master's end
+        while left_in_session(proc.pid) and time.time() < deadline:
+            time.sleep(0.2)
         assert left_in_session(proc.pid) == ""
     assert proc.returncode == 130 and "Traceback" not in err, err
 

@@ -345,15 +345,16 @@ def newest_full_group(rows: list, seeds=range(3)) -> list:
     return max(full, key=lambda g: max(r["started"] for r in g))
 
 
-def throughput(bench: str) -> dict:
-    """The newest day of a throughput benchmark, per repetition: 1 worker over the bare loop
-    replaying its episodes (the per-core ratio), 2 workers over 1, two bare loops over one; with
-    its host, day and commit."""
-    rows = read("throughput.csv", bench=bench)
+def throughput(bench: str, env: str = "HalfCheetah-v5") -> dict:
+    """The newest day of a throughput benchmark on env, per repetition: 1 worker over the bare
+    loop replaying its episodes (the per-core ratio), the same two side by side (paired), 2
+    workers over 1, two bare loops over one; with its host, day and commit."""
+    rows = read("throughput.csv", bench=bench, env=env)
     newest = max(r["date"][:10] for r in rows)
     rows = [r for r in rows if r["date"][:10] == newest]
     script = bench.replace("_throughput", "")  # ars_throughput.py: ars.py's runs
-    out = dict(per_core=[], scaling=[], bare_scaling=[], host=host(rows[0]), day=newest)
+    out = dict(per_core=[], paired=[], scaling=[], bare_scaling=[], day=newest)
+    out["host"] = host(rows[0])
     out["commit"] = commits(rows)
     for repetition in sorted({r["repetition"] for r in rows}):
         value = {}
@@ -363,6 +364,8 @@ def throughput(bench: str) -> dict:
         one = value[script, "1"]
         bare = value["bare loop, the training's episodes", "1"]
         out["per_core"].append(one / bare)
+        beside = value[f"bare loop beside {script}", "1"]
+        out["paired"].append(value[f"{script} beside a bare loop", "1"] / beside)
         out["scaling"].append(value[script, "2"] / one)
         out["bare_scaling"].append(value["bare loop, the training's episodes", "2"] / bare)
     return out
@@ -374,15 +377,16 @@ def spread(values: list, unit="") -> str:
     return f"{middle:.2f}{unit} ({min(values):.2f}-{max(values):.2f}{unit})"
 
 
-def throughput_sentence(bench: str) -> list:
-    t = throughput(bench)
+def throughput_sentence(bench: str, env: str = "HalfCheetah-v5") -> list:
+    t = throughput(bench, env)
     line = (
-        f"Medians of {len(t['per_core'])} repetitions (range): the per-core ratio "
-        f"**{spread(t['per_core'])}**, 2 workers over 1 **{spread(t['scaling'], 'x')}**, two bare "
-        f"loops over one {spread(t['bare_scaling'], 'x')}"
+        f"{env}, medians of {len(t['per_core'])} repetitions (range): the per-core ratio "
+        f"**{spread(t['per_core'])}**, side by side **{spread(t['paired'])}**, 2 workers over 1 "
+        f"**{spread(t['scaling'], 'x')}**, two bare loops over one {spread(t['bare_scaling'], 'x')}"
     )
     script = bench.replace("_throughput", "")
-    rows = [r for r in read("throughput.csv", bench=bench) if r["date"].startswith(t["day"])]
+    rows = read("throughput.csv", bench=bench, env=env)
+    rows = [r for r in rows if r["date"].startswith(t["day"])]
     policy = [float(r["value"]) for r in rows if r["run"] == f"{script}'s policy, per step"]
     step = [float(r["value"]) for r in rows if r["run"] == f"{script}'s env.step, per step"]
     if policy and step:  # the workers' own timers
@@ -396,7 +400,8 @@ def throughput_sentence(bench: str) -> list:
 
 
 def throughput_ars() -> list:
-    return throughput_sentence("ars_throughput.py")
+    lines = throughput_sentence("ars_throughput.py")
+    return [lines[0], "", *throughput_sentence("ars_throughput.py", "BipedalWalker-v3")]
 
 
 def throughput_es_openai() -> list:
@@ -482,11 +487,16 @@ def glance() -> list:
     for script, anchor in (("ars", "ars.md#throughput"), ("es_openai", "es_openai.md#throughput")):
         t = throughput(f"{script}_throughput.py")
         per_core = statistics.median(t["per_core"])
+        paired = statistics.median(t["paired"])
         scaling = statistics.median(t["scaling"])
-        cells.append(f"[{script}.py {per_core:.2f}, {scaling:.2f}x; {t['host']}](docs/{anchor})")
+        cells.append(
+            f"[{script}.py {per_core:.2f} (side by side {paired:.2f}), {scaling:.2f}x; "
+            f"{t['host']}](docs/{anchor})"
+        )
     lines.append(
-        "| `ars.py`, `es_openai.py` | throughput: 1 worker against a bare `env.step` loop; 2 "
-        f"workers against 1 | 0.90 (ars.py), 0.85 (es_openai.py); 1.8x | {'; '.join(cells)} |"
+        "| `ars.py`, `es_openai.py` | throughput on HalfCheetah-v5: 1 worker against a bare "
+        "`env.step` loop; 2 workers against 1 | 0.90 (ars.py), 0.85 (es_openai.py); 1.8x | "
+        f"{'; '.join(cells)} |"
     )
     exercise = exercise_rows()
     means = {float(r["return_mean"]) for r in exercise}
