@@ -63,7 +63,7 @@ def preset(env_id: str) -> dict:  # the defaults of the flags a preset sets
 def build_parser(env_id: str = "BipedalWalker-v3") -> argparse.ArgumentParser:
     p = Parser(
         prog="ars.py",
-        description=f"{__doc__.splitlines()[0]} The defaults shown are {env_id}'s preset.",
+        description=f"Augmented Random Search. The defaults shown are {env_id}'s preset.",
         epilog=preset_table(),
         formatter_class=HelpFormatter,
     )
@@ -298,7 +298,7 @@ def preset_table() -> str:  # --help's epilog: a row per preset, the flags by th
     for env_id in [*PRESETS, "any other"]:
         rows.append([env_id, *(str(preset(env_id)[key]) for key in symbols)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     return "presets (a flag overrides its preset):\n  " + "\n  ".join(table)
 
 
@@ -336,6 +336,7 @@ def parse(argv: list) -> argparse.Namespace:
     if known.resume is not None:
         saved = read_config(known.resume)
         p.set_defaults(**{key: saved[key] for key in SAVED})
+        p.description = f"Augmented Random Search. The defaults shown are {known.resume}'s."
     args = p.parse_args(argv)
     if known.resume is not None:
         changed = [key for key in SAVED if key not in STEER and getattr(args, key) != saved[key]]

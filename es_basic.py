@@ -236,7 +236,7 @@ def preset_table() -> str:  # --help's epilog: a row per preset
     for env_id in [*PRESETS, "any other"]:
         rows.append([env_id, *(str(value) for value in preset(env_id).values())])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     return "presets (a flag overrides its preset):\n  " + "\n  ".join(table)
 
 
