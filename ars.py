@@ -329,21 +329,21 @@ STEER = "iterations alpha nu target_return save_every video_every".split()  # an
 def parse(argv: list) -> argparse.Namespace:
     """The flags over the preset of --env; with --resume, over the options of the saved run."""
     first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--env", default="BipedalWalker-v3")
+    first.add_argument("--env", default=build_parser().get_default("env"))
     first.add_argument("--resume")
     known = first.parse_known_args(argv)[0]
     p = build_parser(known.env)
     if known.resume is not None:
         saved = read_config(known.resume)
         p.set_defaults(**{key: saved[key] for key in SAVED})
-        p.description = f"Augmented Random Search. The defaults shown are {known.resume}'s."
+        p.description = p.description.split(". ")[0] + f". The defaults shown are {known.resume}'s."
     args = p.parse_args(argv)
     if known.resume is not None:
         changed = [key for key in SAVED if key not in STEER and getattr(args, key) != saved[key]]
         steer = ", --".join(STEER + ["workers", "ray", "ray-address"]).replace("_", "-")
         flag = "--" + "".join(changed[:1]).replace("_", "-")
         check(not changed, f"{flag} cannot change a resumed run; only --{steer} can")
-    args.command = shlex.join(["python", "ars.py", *argv])  # config.json: the same run again
+    args.command = shlex.join(["python", SCRIPT, *argv])  # config.json: the same run again
     return args
 
 
@@ -523,7 +523,7 @@ def lock(run_dir: str):
 
             fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        check(False, f"another ars.py is writing '{run_dir}': wait for it to end, or stop it")
+        check(False, f"another {SCRIPT} is writing '{run_dir}': wait for it to end, or stop it")
     return f
 
 

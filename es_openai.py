@@ -7,29 +7,34 @@ cited below as "Eq. (n)".
     python es_openai.py --evaluate-snapshots runs/<run-dir> --episodes 5
 """
 
-import argparse
-import contextlib
-import csv
-import ctypes
-import glob
-import json
-import math
-import mmap
-import multiprocessing as mp
 import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, ProcessPoolExecutor, wait
 
+if __name__ in ("__main__", "__mp_main__"):  # Ctrl-C as the modules below load: status 130
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one BLAS thread per process: workers own the cores
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-import gymnasium as gym  # noqa: E402 (after the thread settings, which numpy reads on import)
-import numpy as np  # noqa: E402
+import argparse
+import contextlib
+import csv
+import glob
+import io
+import json
+import math
+import multiprocessing
+import multiprocessing.connection
+import shlex
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, ProcessPoolExecutor, wait
+from multiprocessing import shared_memory
+
+import gymnasium as gym  # after the thread settings, which numpy reads on import
+import numpy as np
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
 # The paper's MuJoCo policy (2x64 tanh, 10 action bins for Hopper and Swimmer), the starter code's
@@ -44,65 +49,66 @@ PRESETS = {
     "CartPole-v1": dict(hidden="16", sigma=0.05, alpha=0.03, l2coeff=0.005, population=40),
 }
 PRESETS["CartPole-v1"].update(iterations=100, eval_every=5, eval_episodes=20, target_return=475.0)
-GENERIC = dict(env="HalfCheetah-v5", seed=0, out_dir="runs", iterations=200, save_every=10)
-GENERIC.update(hidden="64,64", activation="tanh", ac_bins=0, obs_norm=True, calc_obstat_prob=0.01)
-GENERIC.update(sigma=0.02, alpha=0.01, l2coeff=0.005, population=40, min_timesteps=0, mirror=True)
-GENERIC.update(optimizer="adam", momentum=0.9, beta1=0.9, beta2=0.999, fitness="centered_rank")
-GENERIC.update(eval_every=10, eval_episodes=10, eval_prob=0.0, lockstep=4)
-GENERIC.update(noise_size=250_000_000, noise_seed=123)
-# What --resume takes again: where a run goes on, or its step sizes.
-STEER = "iterations workers lockstep target_return save_every alpha sigma ray ray_address".split()
+PRESETS["CartPole-v1"].update(noise_size=10_000_000)  # 40 MB: plenty for 114 parameters
+# What a preset leaves unset, and every other environment:
+GENERIC = dict(hidden="64,64", sigma=0.02, alpha=0.01, l2coeff=0.005, population=40)
+GENERIC.update(ac_noise_std=None, ac_bins=0, iterations=200, eval_every=10, eval_episodes=10)
+GENERIC.update(target_return=None, noise_size=250_000_000)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    presets = "; ".join(f"{env}: {preset}" for env, preset in PRESETS.items())
+def preset(env_id: str) -> dict:  # the defaults of the flags a preset sets
+    return {**GENERIC, **PRESETS.get(env_id, {})}
+
+
+def build_parser(env_id: str = "HalfCheetah-v5") -> argparse.ArgumentParser:
     p = Parser(
         prog="es_openai.py",
-        description=__doc__.split("\n")[0],
-        epilog=f"presets: {presets}; else: {GENERIC}",
+        description=f"OpenAI evolution strategies. The defaults shown are {env_id}'s preset.",
+        epilog=preset_table(),
+        formatter_class=HelpFormatter,
     )
-    a = p.add_argument  # unset flags: the preset, then GENERIC
+    a = p.add_argument  # the types (below the banner) refuse impossible values in one line
     n = at_least
     r = in_range
-    a("--env", help="gymnasium id with Box or Discrete actions (default HalfCheetah-v5)")
-    a("--seed", type=n(0), help="decides every random number of the run but the noise table")
-    a("--iterations", type=n(0), help="generations, updates of theta (preset)")
+    a("--env", default="HalfCheetah-v5", help="gymnasium id with Box or Discrete actions")
+    a("--seed", type=n(0), default=0, help="decides every random number but the noise table")
+    a("--iterations", type=n(0), help="generations, updates of theta")
     a("--population", type=n(2), help="n, population_size: training episodes per generation")
-    a("--min-timesteps", type=n(0), help="timesteps_per_batch: env steps a generation also needs")
+    a("--min-timesteps", type=n(0), default=0, help="timesteps_per_batch: steps it also needs")
     a("--sigma", type=n(0, float), help="σ, noise_stdev of the parameter noise (typ. 0.01-0.05)")
-    a("--optimizer", choices=("adam", "sgd", "plain"), help="adam, sgd with momentum, or plain")
+    a("--optimizer", choices=("adam", "sgd", "plain"), default="adam", help="plain: Eq. (3)")
     a("--alpha", type=n(0, float), help="α, the optimizer's step size (typ. 0.001-0.03)")
-    a("--momentum", type=r(0, 1), help="γ, SGD momentum (default 0.9)")
-    a("--beta1", type=r(0, 1), help="Adam β1 (default 0.9)")
-    a("--beta2", type=r(0, 1), help="Adam β2 (default 0.999)")
+    a("--momentum", type=r(0, 1), default=0.9, help="γ, SGD momentum")
+    a("--beta1", type=r(0, 1), default=0.9, help="Adam β1")
+    a("--beta2", type=r(0, 1), default=0.999, help="Adam β2")
     a("--l2coeff", type=r(0, math.inf), help="λ, L2 weight decay (starter 0.005)")
     modes = ("centered_rank", "sign", "centered_sign_rank", "none")
-    a("--fitness", choices=modes, help="return_proc_mode: returns to weights (Eqs. 4-5)")
-    a("--no-mirror", dest="mirror", action="store_false", default=None, help="no mirrored pairs")
-    a("--hidden", help="hidden layer sizes, e.g. 64,64 (preset)")
-    a("--activation", choices=("tanh", "relu", "lrelu", "elu"), help="hidden nonlinearity")
-    a("--no-obs-norm", dest="obs_norm", action="store_false", default=None, help="raw observations")
-    a("--calc-obstat-prob", type=r(0, 1, True), help="share of pairs that record observations")
-    a("--ac-noise-std", type=r(0, math.inf), help="σ_a, training actions' noise (Box: 0.01)")
+    a("--fitness", choices=modes, default="centered_rank", help="return_proc_mode (Eqs. 4-5)")
+    a("--no-mirror", dest="mirror", action="store_false", help="no mirrored pairs")
+    a("--hidden", help="hidden layer sizes, e.g. 64,64")
+    a("--activation", choices=("tanh", "relu", "lrelu", "elu"), default="tanh", help="hidden f")
+    a("--no-obs-norm", dest="obs_norm", action="store_false", help="raw observations")
+    a("--calc-obstat-prob", type=r(0, 1, True), default=0.01, help="pairs that record states")
+    a("--ac-noise-std", type=r(0, math.inf), help="σ_a, training actions' noise (None: Box 0.01)")
     a("--ac-bins", type=n(0), help="K uniform bins per action dimension (0: continuous)")
-    a("--eval-prob", type=r(0, 1), help="share of jobs that are noiseless episodes (starter 0.003)")
-    a("--noise-size", type=n(1), help="float32 numbers in the noise table (default 250M: 1 GB)")
-    a("--noise-seed", type=n(0), help="seed of the noise table (default 123)")
-    a("--episode-length", type=n(1), help="steps per episode (default: the time limit)")
-    a("--workers", type=n(1), help="rollout processes (default: the cores, or Ray's CPUs)")
-    a("--lockstep", type=n(1), metavar="P", help="pairs a worker steps at once (4; speed only)")
-    a("--out-dir", help="where run directories are made (default runs)")
+    a("--eval-prob", type=r(0, 1), default=0.0, help="jobs that are noiseless (starter 0.003)")
+    a("--noise-size", type=n(1), help="float32 numbers in the noise table (250M: 1 GB)")
+    a("--noise-seed", type=n(0), default=123, help="seed of the noise table")
+    a("--episode-length", type=n(1), help="steps per episode (None: the time limit)")
+    a("--workers", type=n(1), help="rollout processes (None: the cores, or Ray's CPUs)")
+    a("--out-dir", default="runs", help="where run directories are made")
     a("--eval-every", type=n(1), help="evaluate the noiseless policy every K generations")
     a("--eval-episodes", type=n(1), help="episodes per evaluation")
-    a("--save-every", type=n(0), help="snapshot_freq: a snapshot every K generations (0: none)")
+    a("--save-every", type=n(0), default=10, help="snapshot_freq: a snapshot every K (0: none)")
     a("--target-return", type=r(-math.inf, math.inf, True), help="stop once an evaluation has it")
     a("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
     a("--play", metavar="RUN_DIR", help="evaluate RUN_DIR's policy (or a snapshot file)")
     a("--evaluate-snapshots", metavar="RUN_DIR", help="every snapshot of RUN_DIR: table, plot")
-    a("--episodes", type=n(1), help="episodes for --play and --evaluate-snapshots (default 10)")
-    a("--video", action="store_true", default=None, help="with --play: video/<env>.gif")
-    a("--ray", action="store_true", default=None, help="rollouts on Ray: here, or RAY_ADDRESS")
+    a("--episodes", type=n(1), default=10, help="episodes for --play and --evaluate-snapshots")
+    a("--video", action="store_true", help="with --play: video/<env>.gif")
+    a("--ray", action="store_true", help="rollouts on Ray: a new one here, or RAY_ADDRESS's")
     a("--ray-address", metavar="ADDRESS", help="with --ray: a cluster, e.g. 10.0.0.1:6379 or auto")
+    p.set_defaults(**preset(env_id))
     return p
 
 
@@ -237,257 +243,199 @@ def activate(z: np.ndarray, activation: str):  # the hidden layers' nonlinearity
         z[:] = np.where(z > 0, z, np.expm1(np.minimum(z, 0.0)))
 
 
-def tiled(values, last: float, B: int) -> np.ndarray:  # B copies of [*values, last], end to end
-    return np.tile(np.append(values, last), B)
-
-
 class Policy:
-    """a = pi_theta(o) for B parameter vectors at once: normalize (Eq. 9), the MLP, the action of
-    Eq. (11). Written for speed, as it runs every step: each bias is the last row of its layer and
-    every input ends with a 1, so a layer is one product; B rows of (n_in + 1, n_out) layers make
-    one batched product per layer (B = 1: plain vectors). Each row gives what it gives alone."""
+    """a = pi_theta(o): normalize (Eq. 9), the MLP, the action of Eq. (11). Each layer is kept as
+    [W; b], the bias as the last row, so that f(x W + b) is one product: f([x, 1] @ [W; b])."""
 
-    def __init__(self, thetas, sizes, activation, act, ac_bins, ob_mean, ob_std, ob_clip=True):
-        B = len(thetas)
-        lead = () if B == 1 else (B, 1)
-        per_theta = [
-            [np.vstack([W, b]).astype(np.float64) for W, b in unflatten(theta, sizes)]
-            for theta in thetas
-        ]
-        self.layers = [Wb[0] if B == 1 else np.stack(Wb) for Wb in zip(*per_theta)]
-        self.inputs = [np.ones((*lead, n + 1)) for n in sizes[:-1]]  # each input ends with the 1
-        self.x0 = self.inputs[0].reshape(-1)
-        self.obs = self.inputs[0][..., :-1].reshape(B, -1)
-        self.hidden = [x[..., :-1] for x in self.inputs[1:]]  # where activations go
-        self.B = B
+    def __init__(self, theta, sizes, activation, act, ac_bins, ob_mean, ob_std, ob_clip=True):
+        self.layers = [np.vstack([W, b]).astype(np.float64) for W, b in unflatten(theta, sizes)]
         self.activation = activation
+        self.inv_std = 1.0 / np.asarray(ob_std, np.float64)
+        self.shift = (
+            -np.asarray(ob_mean, np.float64) * self.inv_std
+        )  # (o - mean) / std, as o / std + shift
+        self.clip = 5.0 if ob_clip else np.inf  # without normalization the observations go in raw
         self.discrete = isinstance(act, gym.spaces.Discrete)
         self.bins = ac_bins
-        inv_std = 1.0 / np.asarray(ob_std, np.float64)  # Eq. (9) on all of x0: the 1s stay 1
-        clip = 5.0 if ob_clip else np.inf  # without normalization the observations go in raw
-        self.scale = tiled(inv_std, 1.0, B)
-        self.shift = tiled(-np.asarray(ob_mean, np.float64) * inv_std, 0.0, B)
-        self.clip_low = tiled(np.full(sizes[0], -clip), 1.0, B)
-        self.clip_high = tiled(np.full(sizes[0], clip), 1.0, B)
         if not self.discrete:
-            self.low = np.tile(act.low.astype(np.float64), (B, 1))
-            self.high = np.tile(act.high.astype(np.float64), (B, 1))
-            self.rows = np.arange(self.low.shape[1])  # bin k: low + k (high - low) / (K - 1)
-            self.bin_values = np.linspace(self.low[0], self.high[0], ac_bins or 2, axis=1)
+            self.low = act.low.astype(np.float64)
+            self.high = act.high.astype(np.float64)
+            self.rows = np.arange(len(self.low))  # bin k: low + k (high - low) / (K - 1)
+            self.bin_values = np.linspace(self.low, self.high, ac_bins or 2, axis=1)  # (adim, K)
 
-    def __call__(self, obs, noise=None):
-        """obs: B observations; noise: (B, adim) or None. (B, adim) actions, or B ints."""
-        v = self.x0
-        self.obs[:] = obs
-        np.multiply(v, self.scale, out=v)  # Eq. (9): clip((o - mean) / std, -5, 5)
-        np.add(v, self.shift, out=v)
-        np.maximum(v, self.clip_low, out=v)
-        np.minimum(v, self.clip_high, out=v)
-        for x, Wb, h in zip(self.inputs, self.layers[:-1], self.hidden):
-            z = x @ Wb  # f([x, 1] @ [W; b]) = f(x @ W + b), every row at once,
-            activate(z, self.activation)  # in place, then copied beside the 1s
-            h[:] = z
-        y = (self.inputs[-1] @ self.layers[-1]).reshape(self.B, -1)  # (B, n_out)
+    def __call__(self, ob, noise=None):
+        """The action for observation ob; noise: (adim,) action noise, or None."""
+        x = np.minimum(np.maximum(ob * self.inv_std + self.shift, -self.clip), self.clip)  # Eq. (9)
+        for Wb in self.layers[:-1]:
+            z = np.append(x, 1.0) @ Wb  # x W + b
+            activate(z, self.activation)
+            x = z
+        y = np.append(x, 1.0) @ self.layers[-1]  # the output layer: logits, or the action
         if self.discrete:
-            return np.argmax(y, axis=1).tolist()
+            return int(np.argmax(y))
         if self.bins:  # Eq. (11): per dimension, the value of the bin with the largest logit
-            y = self.bin_values[self.rows, np.argmax(y.reshape(self.B, -1, self.bins), axis=2)]
+            y = self.bin_values[self.rows, np.argmax(y.reshape(-1, self.bins), axis=1)]
         if noise is not None:  # action noise, training episodes only
-            y += noise
+            y = y + noise
         return np.minimum(np.maximum(y, self.low), self.high)  # deviation: clipped to the bounds
 
 
 # ---- the noise table, the episodes, and the jobs a worker runs ----
-def noise_table(size: int, seed: int) -> np.ndarray:
-    """float32 N(0, 1) numbers shared with the workers forked later (no copy): eps_i is the slice
-    table[idx_i : idx_i + dim]. Deviation: numpy's PCG64, not the starter's RandomState.randn."""
-    table = np.frombuffer(mmap.mmap(-1, 4 * size), np.float32)  # anonymous: freed with the run
+def noise_table(size: int, seed: int, shared=True) -> tuple:
+    """float32 N(0, 1) numbers, eps_i the slice table[idx_i : idx_i + dim], in one block of shared
+    memory that every worker maps without a copy (shared=False: a plain array, for Ray's object
+    store). Returns (block or None, table). Deviation: numpy's PCG64, not the starter's randn."""
+    block = shared_memory.SharedMemory(create=True, size=4 * size) if shared else None
+    table = np.ndarray(size, np.float32, block.buf) if shared else np.empty(size, np.float32)
     rng = np.random.default_rng(seed)
     for start in range(0, size, 1 << 24):
         rng.standard_normal(out=table[start : start + (1 << 24)], dtype=np.float32)
-    return table
+    return block, table
 
 
-def rollouts(
-    envs: list, policy: Policy, env_seeds: list, rngs=None, ac_noise_std=0.0, keep_obs=None
-):
-    """The B = policy.B episodes of the jobs stepped together, one policy call per step; job j's
-    share env_seeds[j], draw action noise from rngs[j] (Eq. 11) and keep their observations' sums
-    if keep_obs[j]. ([(return, sign return, length, sums)] per episode, policy s, env.step s)."""
-    B = policy.B
-    per = B // len(env_seeds)  # 2 for a mirrored pair, else 1
-    while len(envs) < B:
-        envs.append(make_env(envs[0].spec.id, envs[0].spec.max_episode_steps))
-    obs = [reset_env(envs[i], env_seeds[i // per])[0] for i in range(B)]
-    total = [0.0] * B
-    signs = [0.0] * B
-    steps = [0] * B
-    running = list(range(B))
-    kept = [[ob] if keep_obs and keep_obs[i // per] else None for i, ob in enumerate(obs)]
-    noisy = rngs is not None and ac_noise_std > 0
-    noise = None
-    t = 0
-    t_policy = 0.0
-    t_env = 0.0
-    while running:
-        t0 = time.perf_counter()
-        if noisy and t % 256 == 0:  # (256, B, adim): each job's block from its own stream
-            shape = (256, per, policy.low.shape[1])
-            block = np.concatenate([ac_noise_std * rng.standard_normal(shape) for rng in rngs], 1)
-        if noisy:
-            noise = block[t % 256]
-        actions = policy(obs, noise)
-        t1 = time.perf_counter()
-        results = [(i, *envs[i].step(actions[i])) for i in running]
-        t_policy += t1 - t0
-        t_env += time.perf_counter() - t1
-        t += 1
-        for i, ob, r, terminated, truncated, _ in results:
-            r = float(r)
-            total[i] += r
-            signs[i] += (r > 0) - (r < 0)
-            steps[i] += 1
-            if terminated or truncated:
-                running.remove(i)
-                continue
-            obs[i] = ob
-            if kept[i] is not None:  # the states acted on; the terminal one is not
-                kept[i].append(ob)
-    sums = [None] * B
-    for i, observed in enumerate(kept):
-        if observed is not None:
-            x = np.asarray(observed, np.float64)
-            sums[i] = (x.sum(axis=0), np.square(x).sum(axis=0))
-    return list(zip(total, signs, steps, sums)), t_policy, t_env
+class ActionNoise:
+    """sigma_a N(0, I) for the episodes of a job (Eq. 11), from the job's stream, drawn 256 steps
+    at a time for all its episodes side by side: (256, episodes, adim)."""
+
+    def __init__(self, rng, std: float, episodes: int, adim: int):
+        self.rng = rng
+        self.std = std
+        self.shape = (256, episodes, adim)
+        self.blocks = []
+
+    def __call__(self, t: int, episode: int) -> np.ndarray:  # step t of one of the job's episodes
+        while len(self.blocks) <= t // 256:
+            self.blocks.append(self.std * self.rng.standard_normal(self.shape))
+        return self.blocks[t // 256][t % 256, episode]
 
 
-def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
-    """A worker's answer to a message of jobs (kind, generation, k): a population job is a mirrored
-    pair (or one episode) of Eq. (6), unless it is a noiseless episode (--eval-prob); "eval" is an
-    evaluation episode. Pairs are stepped together. Returns [(k, result)], a result a dict."""
+def rollout(env, policy: Policy, env_seed: int, noise=None, episode=0, keep_obs=False) -> tuple:
+    """One episode: (return, the sum of its rewards' signs, length, (sum x, sum x^2) of the states
+    acted on, or None). noise: the job's ActionNoise (training episodes); episode: which one."""
+    ob, _ = reset_env(env, env_seed)
+    kept = [ob] if keep_obs else None
+    total = 0.0
+    signs = 0.0
+    steps = 0
+    while True:
+        action = policy(ob, None if noise is None else noise(steps, episode))
+        ob, r, terminated, truncated, _ = env.step(action)
+        r = float(r)
+        total += r
+        signs += (r > 0) - (r < 0)
+        steps += 1
+        if terminated or truncated:
+            break
+        if keep_obs:  # the states acted on; the terminal one is not
+            kept.append(ob)
+    sums = None
+    if keep_obs:
+        x = np.asarray(kept, np.float64)
+        sums = (x.sum(axis=0), np.square(x).sum(axis=0))
+    return total, signs, steps, sums
 
-    def policy(thetas):
-        ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
-        return Policy(thetas, args.sizes, args.activation, args.act, args.ac_bins, *ob)
 
+def job_stream(args, kind: str, t: int, k: int) -> tuple:
+    """(job (kind, t, k)'s random stream, whether the job is noiseless): an evaluation episode
+    is; a population job is with probability --eval-prob, decided by the first number of its
+    stream, so that the master knows it too before the job runs (Workers.run)."""
+    if kind == "eval":
+        return stream(args.seed, EVAL, t, k), True
+    rng = stream(args.seed, TRAIN, t, k)
+    return rng, rng.random() < args.eval_prob
+
+
+def run_job(env, args, table, task: dict, job: tuple) -> dict:
+    """Job (kind, t, k): a mirrored pair (or one episode) of Eq. (6), or a noiseless episode
+    (an evaluation, or one of --eval-prob). Runs in a worker; returns a dict of plain values."""
+    kind, t, k = job
     theta = task["theta"]
+    ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
+
+    def policy(params):
+        return Policy(params, args.sizes, args.activation, args.act, args.ac_bins, *ob)
+
+    rng, noiseless = job_stream(args, kind, t, k)  # its stream decides, in this order:
+    env_seed = int(rng.integers(2**31))  # the episodes' seed (deviation: the starter's differ),
+    if noiseless:
+        R, _, L, _ = rollout(env, policy(theta), env_seed)
+        return dict(kind="noiseless" if kind == "train" else "eval", ret=R, length=L)
+    idx = int(rng.integers(0, len(table) - theta.size + 1))  # the noise index,
+    # whether to record observations (deviation: per pair; per episode in the starter)
+    keep = bool(rng.random() < args.calc_obstat_prob * args.obs_norm)
+    eps = table[idx : idx + theta.size]
     signs = (1.0, -1.0) if args.mirror else (1.0,)
-    out = {}
-    perturbed = []  # the jobs of theta +- sigma eps_i (or theta + sigma eps_i)
-    for i, (kind, t, k) in enumerate(jobs):  # the job's stream decides, in this order:
-        t0 = time.perf_counter()
-        rng = stream(args.seed, TRAIN if kind == "train" else EVAL, t, k)
-        noiseless = kind == "eval" or rng.random() < args.eval_prob  # a noiseless episode or not,
-        env_seed = int(rng.integers(2**31))  # the episodes' seed (deviation: the starter's differ),
-        if noiseless:  # an evaluation episode, or one of --eval-prob
-            episodes, _, _ = rollouts(envs, policy([theta]), [env_seed])
-            R, _, L, _ = episodes[0]
-            out[i] = dict(kind="noiseless" if kind == "train" else "eval", ret=R, length=L)
-            continue
-        idx = int(rng.integers(0, len(table) - theta.size + 1))  # the noise index,
-        # whether to record observations (deviation: per pair; per episode in the starter)
-        keep = bool(rng.random() < args.calc_obstat_prob * args.obs_norm)
-        eps = table[idx : idx + theta.size]
-        t1 = time.perf_counter()
-        thetas = [theta + (s * args.sigma) * eps for s in signs]  # theta +- sigma eps_i
-        t2 = time.perf_counter()  # then the action noise, in rollouts
-        times = dict(noise=t1 - t0, set_params=t2 - t1, mutation=t2 - t0)
-        job = dict(i=i, idx=idx, keep=keep, thetas=thetas, env_seed=env_seed, rng=rng, times=times)
-        perturbed.append(job)
-    batches = [[job] for job in perturbed]  # without mirroring, each episode alone (B = 1)
-    if args.mirror and perturbed:  # the pairs of this message, stepped together
-        batches = [perturbed]
-    for batch in batches:
-        t0 = time.perf_counter()
-        thetas = [member for job in batch for member in job["thetas"]]  # theta +, theta -, ...
-        env_seeds = [job["env_seed"] for job in batch]
-        rngs = [job["rng"] for job in batch]
-        keep = [job["keep"] for job in batch]
-        episodes = rollouts(envs, policy(thetas), env_seeds, rngs, args.ac_noise_std, keep)
-        out.update(result(batch, *episodes, time.perf_counter() - t0))
-    return [(k, out[i]) for i, (_, _, k) in enumerate(jobs)]
-
-
-def result(jobs: list, episodes: list, t_policy: float, t_env: float, seconds: float) -> dict:
-    """{i: the pair's result}: its noise index, returns, sign returns, lengths, observation sums
-    (None if not recorded), times."""
-    per = len(episodes) // len(jobs)
-    steps = sum(episode[2] for episode in episodes)
-    out = {}
-    for j, job in enumerate(jobs):
-        returns, sign_returns, lengths, sums = zip(*episodes[per * j : per * j + per])
-        ob_sum = None
-        ob_sumsq = None
-        if job["keep"]:
-            ob_sum = sum(s[0] for s in sums)
-            ob_sumsq = sum(s[1] for s in sums)
-        times = dict(job["times"], mutation=job["times"]["mutation"] + seconds / len(jobs))
-        times.update(policy_us=1e6 * t_policy / steps, env_us=1e6 * t_env / steps)
-        pair = dict(kind="pair", idx=job["idx"], returns=returns, lengths=lengths, times=times)
-        out[job["i"]] = dict(pair, sign_returns=sign_returns, ob_sum=ob_sum, ob_sumsq=ob_sumsq)
+    noise = None
+    if args.ac_noise_std > 0:  # Box actions only (configure)
+        noise = ActionNoise(rng, args.ac_noise_std, len(signs), args.act.shape[0])
+    episodes = []
+    for j, s in enumerate(signs):  # theta + sigma eps_i, then theta - sigma eps_i
+        params = theta + (s * args.sigma) * eps
+        episodes.append(rollout(env, policy(params), env_seed, noise, j, keep))
+    returns, sign_returns, lengths, sums = zip(*episodes)
+    out = dict(kind="pair", idx=idx, returns=returns, sign_returns=sign_returns, lengths=lengths)
+    out.update(ob_sum=None, ob_sumsq=None)
+    if keep:
+        out.update(ob_sum=sum(s[0] for s in sums), ob_sumsq=sum(s[1] for s in sums))
     return out
 
 
-# ---- training: Algorithm 2 of the paper (docs/es_openai.md, "Pseudocode") ----
-class Generation:
-    """Jobs k = 0, 1, ... of generation t; it closes at the shortest prefix of finished jobs with
-    --population training episodes and --min-timesteps steps: no worker's speed changes it."""
+# ---- training: Algorithm 2 (docs/es_openai.md, "Master and workers", "Pseudocode") ----
+class Workers:
+    """Persistent workers fed from a task list: a message is one job (kind, t, k) and the task it
+    belongs to (theta and the observation statistics); `depth` messages per worker are out at once.
+    A message still running when its call ended comes back during a later call: its result is
+    dropped and counted (stale)."""
 
-    def __init__(self, args, t: int):
+    def __init__(self, args, pool, table, table_ref=None, depth=1):
         self.args = args
-        self.t = t
-        self.k = 0  # the next job's number
-        self.handed = 0  # training episodes handed out
-        self.closed_at = None  # the prefix of jobs it takes, once done
+        self.pool = pool  # local processes or Ray (make_pool)
+        self.table = table  # the noise table as the master reads it
+        self.table_ref = table_ref  # Ray's reference to it: a task gets it mapped; local: None
+        self.depth = depth
+        self.running = {}  # each message out: the number of the call that handed it out
+        self.calls = 0
+        self.stale = 0
 
-    def next_jobs(self, results: dict, lockstep: int, workers: int) -> list:
-        """Up to --lockstep jobs, and no more than a worker's share of the jobs still needed."""
-        a = self.args
-        per = 2 if a.mirror else 1
-        left = max(0, -(-(a.population - self.handed) // per))
-        size = min(lockstep, max(1, -(-left // workers)))
-        jobs = []
-        while len(jobs) < size and self.closed_at is None:
-            if self.handed >= a.population and env_steps(results.values()) >= a.min_timesteps:
-                break
-            jobs.append(("train", self.t, self.k))  # the master draws the job's first number too
-            self.handed += per * (stream(a.seed, TRAIN, self.t, self.k).random() >= a.eval_prob)
-            self.k += 1
-        return jobs
-
-    def done(self, results: dict) -> bool:
-        n = 0
-        n_steps = 0
-        for k in range(self.k):
-            if k not in results:
-                return False
-            if results[k]["kind"] == "pair":
-                n += len(results[k]["returns"])
-            n_steps += env_steps([results[k]])
-            if n >= self.args.population and n_steps >= self.args.min_timesteps:
-                self.closed_at = k + 1
-                return True
-        return False
-
-
-class Evaluation:  # the jobs of an evaluation, handed out as a Generation's
-    def __init__(self, key: int, episodes: int):
-        self.todo = [("eval", key, i) for i in range(episodes)][::-1]
-        self.n = episodes
-
-    def next_jobs(self, results: dict, lockstep: int, workers: int) -> list:
-        size = min(lockstep, -(-len(self.todo) // workers))
-        return [self.todo.pop() for _ in range(size)]
-
-    def done(self, results: dict) -> bool:
-        return len(results) == self.n
-
-
-def env_steps(results) -> int:  # env steps of population results: pairs' and noiseless episodes'
-    total = 0
-    for r in results:
-        total += sum(r["lengths"]) if r["kind"] == "pair" else r["length"]
-    return total
+    def run(self, task: dict, kind: str, t: int, n: int, min_steps: int = 0) -> tuple:
+        """Jobs (kind, t, k), k = 0, 1, ..., handed out in order until they hold n episodes that
+        count (training episodes: 2 a pair, 1 unmirrored; or evaluation episodes) and min_steps env
+        steps; the call ends at the shortest finished prefix of jobs that holds both, whatever
+        the workers' speeds. Returns ({k: result}, the prefix's length)."""
+        per = 1 if kind == "eval" or not self.args.mirror else 2
+        self.calls += 1
+        results = {}
+        handed = 0  # episodes that count, handed out
+        k = 0  # the next job
+        prefix = 0  # the finished prefix: jobs 0 .. prefix - 1
+        counted = 0  # the prefix's episodes that count, and its env steps
+        steps = 0
+        try:
+            while True:
+                while prefix in results:  # the finished prefix grows
+                    r = results[prefix]
+                    counted += len(r["returns"]) if r["kind"] == "pair" else r["kind"] == "eval"
+                    steps += sum(r["lengths"]) if r["kind"] == "pair" else r["length"]
+                    prefix += 1
+                    if counted >= n and steps >= min_steps:
+                        return results, prefix
+                wanted = handed < n or steps < min_steps
+                while wanted and len(self.running) < self.depth * self.args.workers:
+                    _, noiseless = job_stream(self.args, kind, t, k)  # what the worker will draw
+                    handed += per * (kind == "eval" or not noiseless)
+                    future = self.pool.submit(work, self.args, task, (kind, t, k), self.table_ref)
+                    self.running[future] = self.calls
+                    k += 1
+                    wanted = handed < n or steps < min_steps
+                finished, _ = wait(self.running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    out = future.result()  # (k, result)
+                    if self.running.pop(future) == self.calls:
+                        results[out[0]] = out[1]
+                    else:  # of an older call: still running when that call ended
+                        self.stale += 1
+        except Exception as e:  # a worker died, or a rollout failed: one line, never a hang
+            raise worker_died(e) from None
 
 
 def task_of(state: dict, args) -> dict:  # theta and the statistics, frozen for a generation
@@ -501,13 +449,15 @@ def task_of(state: dict, args) -> dict:  # theta and the statistics, frozen for 
 
 def es_generation(workers, state: dict, args) -> tuple:
     """One generation: the population, shaped returns, g, the optimizer step, the new statistics.
-    `state` is left whole, so a stop or a NaN at any moment leaves a state to checkpoint."""
+    `state` is left whole, so a stop or a NaN leaves a state to checkpoint."""
     t0 = time.time()
     theta = state["theta"]  # (d,) float32
-    gen = Generation(args, state["iteration"])
-    results = workers.run(task_of(state, args), gen)
-    stale = workers.take_stale()  # results of older tasks dropped since the last generation
-    accepted = [results[k] for k in range(gen.closed_at)]
+    t = state["iteration"]
+    stale = workers.stale  # results of older calls dropped so far
+    results, closed = workers.run(
+        task_of(state, args), "train", t, args.population, args.min_timesteps
+    )
+    accepted = [results[k] for k in range(closed)]
     pairs = [r for r in accepted if r["kind"] == "pair"]
     noiseless = np.array([(r["ret"], r["length"]) for r in accepted if r["kind"] == "noiseless"])
     noiseless = noiseless.reshape(-1, 2)  # (return, length) rows
@@ -527,8 +477,8 @@ def es_generation(workers, state: dict, args) -> tuple:
             new["ob_count"] = new["ob_count"] + float(sum(r["lengths"]))
             ob_count += float(sum(r["lengths"]))
     n_steps = int(lengths.sum() + noiseless[:, 1].sum())
-    skipped = stale + sum(k >= gen.closed_at for k in results)  # past the prefix, or older tasks
-    new["iteration"] = gen.t + 1
+    skipped = workers.stale - stale + sum(k >= closed for k in results)  # past the prefix, or older
+    new["iteration"] = t + 1
     new["episodes"] = state["episodes"] + lengths.size + len(noiseless)
     new["env_steps"] = state["env_steps"] + n_steps
     checked = (new["theta"], returns, new["ob_sum"], new["ob_sumsq"])
@@ -536,44 +486,41 @@ def es_generation(workers, state: dict, args) -> tuple:
     info.update(steps=n_steps, skipped_frac=skipped / (skipped + len(accepted)))
     info.update(finite=all(np.isfinite(x).all() for x in checked), ob_count=ob_count)
     info.update(grad_norm=np.linalg.norm(g), update_norm=np.linalg.norm(new["theta"] - theta))
-    info["times"] = {name: np.array([r["times"][name] for r in pairs]) for name in TIMERS}
     info.update(time_gen=time.time() - t0, time_update=time.time() - t1)
     return new, info
 
 
 def evaluate(workers, state: dict, args, episodes: int, key=None) -> np.ndarray:  # noiseless
-    evaluation = Evaluation(key or state["iteration"], episodes)
-    results = workers.run(task_of(state, args), evaluation)
+    results, _ = workers.run(task_of(state, args), "eval", key or state["iteration"], episodes)
     return np.array([results[i]["ret"] for i in range(episodes)])
 
 
 def train(args) -> dict:
     run = Run(args)  # theta_0 by normc (Eq. 10), or --resume's; the noise table; the workers
-    state, reached = run.state, False
+    state = run.state
+    target = args.target_return
     try:
         while state["iteration"] < args.iterations:
+            if STOP.is_set():  # Ctrl-C or SIGTERM: the run ends with what it logged
+                return run.end(state, "interrupted")
             new, info = es_generation(run.workers, state, args)  # the population, Eqs. (4)-(9)
             if not info["finite"]:
                 return run.end(state, "diverged")  # the last good state is checkpointed
-            due = new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations
-            ev = evaluate(run.workers, new, args, args.eval_episodes) if due else None
-            hit = due and args.target_return is not None and ev.mean() >= args.target_return
-            run.log(new, info, ev)  # progress.csv, the progress line, the checkpoint
-            state, reached = new, hit  # one statement: logged, a stop keeps this generation
-            if reached:
+            ev = None
+            if new["iteration"] % args.eval_every == 0 or new["iteration"] == args.iterations:
+                ev = evaluate(run.workers, new, args, args.eval_episodes)
+            state = new
+            run.log(state, info, ev)  # progress.csv, the progress line, the checkpoint
+            if ev is not None and target is not None and ev.mean() >= target:
                 return run.end(state, "target")
         return run.end(state, "done")
-    except (KeyboardInterrupt, WorkerDied) as e:  # Ctrl-C, SIGTERM, a dead worker: keep the last
-        if reached:
-            return run.end(state, "target")
-        return run.end(state, f"stopped: {e}" if str(e) else "interrupted")
+    except WorkerDied as e:  # the run ends with its last logged generation
+        return run.end(state, "interrupted" if STOP.is_set() else f"stopped: {e}")
+    finally:
+        run.close()  # however it ends, the workers stop and the noise table is freed
 
 
-# ---- plumbing: checks, workers, Ray, run directory, snapshots, --play, main ----
-class WorkerDied(Exception):
-    """A rollout process died, or a rollout failed: the run stops with its last checkpoint."""
-
-
+# ---- plumbing: the command line, stops, workers, Ray, run directory, --play (not the math) ----
 class Parser(argparse.ArgumentParser):
     """argparse, with a user's mistake in one line: 'SCRIPT: error: ... (see --help)', status 2."""
 
@@ -581,9 +528,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
-    if not ok:
-        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help shows every flag's default, and the presets as the table written below."""
+
+
+def preset_table() -> str:  # --help's epilog: a row per preset, the flags by their symbols
+    symbols = dict(hidden="hidden", sigma="σ", alpha="α", l2coeff="λ", population="n")
+    symbols.update(iterations="T", eval_every="every", eval_episodes="evals", ac_bins="K")
+    symbols.update(ac_noise_std="σ_a", target_return="target", noise_size="table")
+    rows = [["--env", *symbols.values()]]
+    for env_id in [*PRESETS, "any other"]:
+        rows.append([env_id, *(str(preset(env_id)[key]) for key in symbols)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return "presets (a flag overrides its preset):\n  " + "\n  ".join(table)
 
 
 def at_least(low, kind=int):  # an argparse type: an int >= low, or a finite float > low
@@ -608,21 +566,41 @@ def in_range(low, high, closed=False):  # an argparse type: a float in [low, hig
     return number
 
 
-def configure(args) -> argparse.Namespace:
-    """--resume's saved options, then the preset; what no one flag can check; the workers."""
-    if args.resume is not None:
-        given = {key for key, value in vars(args).items() if value is not None}
-        fixed = sorted(given - {"resume", *STEER})  # given on the command line, and not in STEER
-        fixed_flags = ", --".join(fixed).replace("_", "-")
-        steer_flags = ", --".join(STEER).replace("_", "-")
-        check(not fixed, f"--{fixed_flags} cannot change a resumed run; only --{steer_flags} can")
-        for key, value in read_config(args.resume).items():
-            if getattr(args, key, False) is None and key not in ("workers", "ray", "ray_address"):
-                setattr(args, key, value)
-    preset = {**GENERIC, **PRESETS.get(args.env or GENERIC["env"], {})}
-    for key, value in preset.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2, nothing written
+    if not ok:
+        build_parser().error(str(message).partition("\n")[0])  # whatever raised it, one line
+
+
+# What a resumed run takes from its config.json; of these, only STEER may be given new values.
+SAVED = "env seed iterations population min_timesteps sigma optimizer alpha momentum beta1 beta2 "
+SAVED += "l2coeff fitness mirror hidden activation obs_norm calc_obstat_prob ac_noise_std ac_bins "
+SAVED += "eval_prob noise_size noise_seed episode_length out_dir eval_every eval_episodes "
+SAVED = (SAVED + "save_every target_return").split()
+STEER = "iterations alpha sigma target_return save_every".split()  # and the workers
+
+
+def parse(argv: list) -> argparse.Namespace:
+    """The flags over the preset of --env; with --resume, over the options of the saved run."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--env", default=build_parser().get_default("env"))
+    first.add_argument("--resume")
+    known = first.parse_known_args(argv)[0]
+    p = build_parser(known.env)
+    if known.resume is not None:
+        saved = read_config(known.resume)
+        p.set_defaults(**{key: saved[key] for key in SAVED})
+        p.description = p.description.split(". ")[0] + f". The defaults shown are {known.resume}'s."
+    args = p.parse_args(argv)
+    if known.resume is not None:
+        changed = [key for key in SAVED if key not in STEER and getattr(args, key) != saved[key]]
+        steer = ", --".join(STEER + ["workers", "ray", "ray-address"]).replace("_", "-")
+        flag = "--" + "".join(changed[:1]).replace("_", "-")
+        check(not changed, f"{flag} cannot change a resumed run; only --{steer} can")
+    args.command = shlex.join(["python", SCRIPT, *argv])  # config.json: the same run again
+    return args
+
+
+def configure(args) -> argparse.Namespace:  # what no one flag can check; the workers
     sizes_ok = all(h.strip().isdigit() and int(h) > 0 for h in args.hidden.split(","))
     check(sizes_ok, f"--hidden takes sizes like 64 or 64,64, not '{args.hidden}'")
     even = not args.mirror or args.population % 2 == 0
@@ -678,12 +656,12 @@ def make_env(env_id: str, episode_length=None, render=False):
     return env
 
 
-ENVS = {}  # this process's environments, by id and episode length: rollouts adds as it needs
+ENVS = {}  # this process's environments, by id and episode length: each made once
 
 
-def envs_of(env_id: str, episode_length=None) -> list:  # (no functools.cache: Ray pickles it)
+def env_of(env_id: str, episode_length=None):  # (not functools.cache: Ray pickles it by value)
     if (env_id, episode_length) not in ENVS:
-        ENVS[env_id, episode_length] = [make_env(env_id, episode_length)]
+        ENVS[env_id, episode_length] = make_env(env_id, episode_length)
     return ENVS[env_id, episode_length]
 
 
@@ -696,105 +674,83 @@ def reset_env(env, seed: int):
     return env.reset(seed=seed)
 
 
-PR_SET_PDEATHSIG = 1  # Linux prctl: a signal for this process when the process that made it ends
-STOPS = {signal.SIGINT, signal.SIGTERM}  # Ctrl-C, and the stop a job scheduler sends
-SCRIPT = os.path.basename(__file__)  # this file, as its run directories name it
+def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalmass: not ours
+    if "settotalmass" not in message:
+        print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
 
 
-def init_worker():  # a worker process: Ctrl-C is its master's to act on; it ends with its master
+def quiet_mujoco():  # MuJoCo's warnings through mujoco_warning, in the master and each worker
+    with contextlib.suppress(ImportError):
+        import mujoco
+
+        mujoco.set_mju_user_warning(mujoco_warning)
+
+
+SCRIPT = "es_openai.py"  # as its run directories name it
+STOP = threading.Event()  # set by Ctrl-C or SIGTERM; train() ends the run after the generation
+
+
+def on_stop(signum, frame):  # the first stop sets STOP; a second ends the process at once
+    if STOP.is_set():
+        os._exit(130)
+    STOP.set()
+
+
+def init_worker():  # a worker: Ctrl-C is its master's to act on, and it ends with its master
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's own stop, without a traceback
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # forked inside stops_held()
-    if sys.platform == "linux":  # even a master killed with SIGKILL
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker has its master's on_stop
+    quiet_mujoco()  # a worker started by spawn or forkserver has not the master's
+    master = multiprocessing.parent_process().sentinel  # ready once the master has ended
+    threading.Thread(target=exit_after, args=(master,), daemon=True).start()
 
 
-@contextlib.contextmanager
-def stops_held():
-    """Ctrl-C and SIGTERM wait while the workers' queues are in use (a KeyboardInterrupt raised
-    inside them could leave a lock taken, and the run hang at its end), then raise as it ends."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+def exit_after(sentinel):  # even a master killed with SIGKILL leaves no worker behind
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
 
 
-TABLE = None  # a local worker's noise table: its master's, shared through fork (init_table)
+BLOCK = None  # a local worker's map of its master's noise table (init_table), and its view
+TABLE = None
 
 
-def init_table(table):  # a local worker: init_worker, and its master's table (fork: no copy)
-    global TABLE
+def init_table(name, size: int):  # a local worker: init_worker, then the noise table, mapped
+    global BLOCK, TABLE
     init_worker()
-    TABLE = table
+    if name is not None:  # (--play's workers need none)
+        BLOCK = shared_memory.SharedMemory(name)
+        TABLE = np.ndarray(size, np.float32, BLOCK.buf)
 
 
-def work(args, task: dict, jobs: list, table=None) -> list:
-    """A worker's answer to a message of jobs (run_jobs). table: Ray's read-only copy of the noise
-    table from its object store; a local worker reads its master's, TABLE."""
+def work(args, task: dict, job: tuple, table=None) -> tuple:
+    """A worker's answer to a message: (k, job k's result). table: Ray's read-only copy of the
+    noise table from its object store; a local worker reads TABLE."""
     if table is None:
         table = TABLE
-    return run_jobs(envs_of(args.env, args.episode_length), args, table, task, jobs)
+    return job[2], run_job(env_of(args.env, args.episode_length), args, table, task, job)
 
 
-class Workers:
-    """The jobs of a generation or an evaluation handed out to an executor's workers (local
-    processes forked after the noise table, or Ray's): messages of up to --lockstep jobs, `depth`
-    per worker at once. A message of an older task still running when its jobs were done ends
-    during a later call: its results are dropped and counted (take_stale)."""
+class WorkerDied(Exception):
+    """A worker process died, or a rollout failed: the run ends with its last logged generation."""
 
-    def __init__(self, args, table):
-        self.args = args
-        self.running = {}  # future of each message handed out: the call that handed it out
-        self.calls = 0
-        self.stale = 0
-        if args.ray:
-            self.pool = RayExecutor(args.ray_address)
-            self.depth = 2  # the next message is there when one ends
-            self.table_ref = self.pool.ray.put(table)  # held for the run: a retried task maps it
-            self.table = self.pool.ray.get(self.table_ref)  # the master reads the store's copy too
-        else:
-            fork = mp.get_context("fork")  # the workers share the table's pages: no copy
-            self.pool = ProcessPoolExecutor(args.workers, fork, init_table, (table,))
-            self.depth = 1
-            self.table_ref = None
-            self.table = table
 
-    def run(self, task: dict, jobs) -> dict:
-        """Hands out jobs.next_jobs() until jobs.done(results); returns {k: result}."""
-        a = self.args
-        self.calls += 1
-        results = {}
-        try:
-            with stops_held():
-                while not jobs.done(results):
-                    while len(self.running) < self.depth * a.workers:
-                        todo = jobs.next_jobs(results, a.lockstep, a.workers)
-                        if not todo:
-                            break
-                        future = self.pool.submit(work, a, task, todo, self.table_ref)
-                        self.running[future] = self.calls
-                    finished, _ = wait(self.running, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        out = future.result()
-                        if self.running.pop(future) == self.calls:
-                            results.update(out)
-                        else:  # of an older task: still running when its generation closed
-                            self.stale += len(out)
-        except BrokenExecutor:  # a worker process died
-            raise WorkerDied("a worker process died") from None
-        except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}") from None
-        return results
+def worker_died(e: Exception) -> WorkerDied:  # what a worker's failure says, in one line
+    if isinstance(e, (BrokenExecutor, EOFError, OSError)):
+        # A worker, or the forkserver, died. The others end now: a pool that breaks while it is
+        # still starting workers can miss one, and then wait for it forever.
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+        return WorkerDied("a worker process died")
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else ""  # raised in a worker,
+    return WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}")  # or Ray lost one
 
-    def take_stale(self) -> int:  # results of older tasks dropped since the last call
-        stale = self.stale
-        self.stale = 0
-        return stale
 
-    def close(self):  # once the episodes under way are done
-        self.pool.shutdown(cancel_futures=True)
+def make_pool(args, block=None):  # the workers: processes started at the first job, or Ray's
+    if args.ray:
+        return RayExecutor(args.ray_address)
+    name = None if block is None else block.name
+    return ProcessPoolExecutor(
+        args.workers, initializer=init_table, initargs=(name, args.noise_size)
+    )
 
 
 def start_ray(address):  # Ray is imported only for --ray: it stays optional
@@ -802,34 +758,27 @@ def start_ray(address):  # Ray is imported only for --ray: it stays optional
         import ray
     except ImportError:
         check(False, "--ray needs Ray: pip install ray")
-    if not ray.is_initialized():
-        address = address or os.environ.get("RAY_ADDRESS")
-        host, _, port = (address or "").replace("ray://", "").rpartition(":")
-        handler = signal.getsignal(signal.SIGTERM)  # ray.init's own would skip the checkpoint
-        try:  # Ray itself would retry an address that does not answer for minutes
-            if host and port.isdigit():
-                socket.create_connection((host, int(port)), timeout=10).close()
+    address = address or os.environ.get("RAY_ADDRESS")
+    host, _, port = (address or "").replace("ray://", "").rpartition(":")
+    try:  # Ray itself would retry an address that does not answer for minutes
+        if host and port.isdigit():
+            socket.create_connection((host, int(port)), timeout=10).close()
+        if not ray.is_initialized():
             ray.init(address=address, log_to_driver=False, include_dashboard=False)
-        except Exception as e:  # a closed port; no cluster for 'auto'; ...
-            reason = getattr(e, "strerror", None) or e
-            check(False, f"no Ray cluster answers at {address} ({reason})")
-        signal.signal(signal.SIGTERM, handler)
+    except Exception as e:  # a closed port; no cluster for 'auto'; ...
+        check(False, f"no Ray cluster answers at {address} ({getattr(e, 'strerror', None) or e})")
     if __name__ != "__main__":  # imported (tests, notebooks): this file's code goes by value
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     return ray
 
 
-class RayExecutor:
-    """Ray tasks behind the part of ProcessPoolExecutor's interface the run uses: submit(fn,
-    *args) returns a Future. Tasks spread over the nodes; one whose worker is lost runs again, 3
-    times at most, with the same result (a job names its own randomness)."""
-
+class RayExecutor:  # Ray tasks as submit(fn, *args) -> Future; a lost worker's task runs again
     def __init__(self, address):
         self.ray = start_ray(address)
-        self.remote = {}
+        self.remote = {}  # fn: its Ray task, spread over the nodes, run again up to 3 times
         ENVS.clear()  # Ray takes this file's globals by value: this process's own would travel
 
-    def submit(self, fn, *args):
+    def submit(self, fn, *args):  # a task run again gives the same result: a job names its seeds
         if fn not in self.remote:
             options = dict(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")
             self.remote[fn] = self.ray.remote(**options)(fn)
@@ -839,35 +788,45 @@ class RayExecutor:
         pass  # Ray's worker processes are Ray's
 
 
-def write_config(run_dir: str, args, script: str):  # with everything the numbers depend on
-    here = os.path.dirname(os.path.abspath(__file__))
-    git = subprocess.run("git rev-parse HEAD", shell=True, capture_output=True, text=True, cwd=here)
-    cpu = {}  # Linux: the first processor's "model name", "flags", ...
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            cpu.setdefault(key.strip(), value.strip())
-    simd = [flag for flag in ("avx2", "avx512f") if flag in cpu.get("flags", "").split()]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    machine = dict(processor=cpu.get("model name", ""), simd=simd, cores=cores)  # bits: its SIMD
-    versions = dict(python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__)
-    versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
-    config = dict(vars(args), script=script, git_commit=git.stdout.strip(), **versions, **machine)
-    with open(os.path.join(run_dir, "config.json"), "w") as f:
-        json.dump(config, f, default=str)
+def write_file(path: str, data: bytes):  # whole or not at all: a temporary file, then renamed
+    try:
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+    except OSError as e:  # a full disk: the file as it was, no temporary file, its path named
+        with contextlib.suppress(OSError):
+            os.remove(path + ".tmp")
+        raise OSError(e.errno, e.strerror, path) from None
+
+
+def lock(run_dir: str):
+    """RUN_DIR/.lock, locked while this master writes the run: the system lifts the lock when the
+    process ends, however it ends, and forked workers do not hold it."""
+    f = open(os.path.join(run_dir, ".lock"), "a")  # noqa: SIM115 (held as long as the run)
+    try:
+        if sys.platform == "win32":
+            import msvcrt
+
+            msvcrt.locking(f.fileno(), msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        check(False, f"another {SCRIPT} is writing '{run_dir}': wait for it to end, or stop it")
+    return f
 
 
 # What a checkpoint holds, with the policy's shape.
 STATE = "theta opt_m opt_v opt_t ob_sum ob_sumsq ob_count iteration episodes env_steps wall_time"
 STATE = STATE.split()
-TIMERS = ("mutation", "noise", "set_params", "policy_us", "env_us")
 COLUMNS = (
     "iteration episodes env_steps wall_time_s return_mean return_std return_min return_max "
     "eval_return_mean eval_return_std steps_per_s length_mean noiseless_return_mean "
     "noiseless_return_std noiseless_length_mean noiseless_count episodes_this_gen "
     "timesteps_this_gen workers skipped_frac obs_count_this_gen obs_count theta_norm "
     "grad_norm update_norm time_gen_s time_update_s"
-).split() + [f"time_{name}_{stat}" for name in TIMERS for stat in ("min", "max", "mean")]
+).split()
 
 
 def available_memory() -> float:  # bytes, from /proc/meminfo (Linux); elsewhere inf
@@ -879,7 +838,8 @@ def available_memory() -> float:  # bytes, from /proc/meminfo (Linux); elsewhere
 
 
 class Run:
-    """The run directory, the progress line, the snapshots, the workers, how a run ends."""
+    """The run directory and its files, the progress line, the noise table, the workers, how a
+    run ends."""
 
     def __init__(self, args):
         theta = normc_init(args.sizes, stream(args.seed, INIT))
@@ -890,42 +850,61 @@ class Run:
         needs = f"the noise table needs {table_size}, and {free / 2**30:.2f} GiB are free"
         check(4 * args.noise_size < free, f"{needs}: lower --noise-size")
         self.args = args
-        self.ev = np.nan  # the last evaluation's mean, shown until the next one
         n = args.sizes[0]
         self.state = dict(theta=theta, opt_m=0 * theta, opt_v=0 * theta, opt_t=0, iteration=0)
         self.state.update(ob_sum=np.zeros(n), ob_sumsq=np.full(n, 1e-2), ob_count=1e-2)
         self.state.update(episodes=0, env_steps=0, wall_time=0.0)
-        rows = []
-        if args.resume:  # the log up to the checkpoint: a resumed run redoes what came after it
+        self.rows = []  # progress.csv: a dict per generation
+        if args.resume is None:
+            name = f"{args.env}__es_openai__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+            self.dir = os.path.join(args.out_dir, name)
+            os.makedirs(os.path.join(self.dir, "checkpoints"))  # an OSError here: one line (main)
+        else:
             self.dir = args.resume
+        self.lock = lock(self.dir)  # one master per run directory
+        if args.resume is not None:  # the log up to the checkpoint: what came after it is redone
             self.state = load_checkpoint(os.path.join(self.dir, "checkpoints", "latest.npz"), args)
             with open(os.path.join(self.dir, "progress.csv")) as f:
                 rows = list(csv.DictReader(f))
-            rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
-            for row in rows:  # the last evaluation, shown until the next one
-                if row["eval_return_mean"] != "nan":
-                    self.ev = float(row["eval_return_mean"])
-        else:
-            name = f"{args.env}__es_openai__{args.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-            self.dir = os.path.join(args.out_dir, name)
-        try:
-            os.makedirs(os.path.join(self.dir, "checkpoints"), exist_ok=bool(args.resume))
-            write_config(self.dir, args, SCRIPT)
-            self.file = open(os.path.join(self.dir, "progress.csv"), "w")  # noqa: SIM115 (the run's)
-            if not args.resume:  # generation 0 is a snapshot too
-                save_checkpoint(self.dir, self.state, args, snapshot=True)
-        except OSError as e:
-            check(False, f"cannot write {e.filename}: {e.strerror} (choose another --out-dir)")
-        self.csv = csv.DictWriter(self.file, COLUMNS, lineterminator="\n")
-        self.csv.writeheader()
-        self.csv.writerows(rows)
-        self.file.flush()
+            self.rows = [row for row in rows if int(row["iteration"]) <= self.state["iteration"]]
+        versions = dict(
+            python=sys.version.split()[0], numpy=np.__version__, gymnasium=gym.__version__
+        )
+        versions["mujoco"] = getattr(sys.modules.get("mujoco"), "__version__", None)  # if loaded
+        config = dict(vars(args), act=str(args.act), script=SCRIPT, **versions)
+        write_file(os.path.join(self.dir, "config.json"), json.dumps(config, indent=1).encode())
+        self.write_progress()
+        if args.resume is None:  # generation 0 is a snapshot too
+            save_checkpoint(self.dir, self.state, args, snapshot=True)
         self.t0 = time.time() - self.state["wall_time"]
-        import matplotlib.figure  # noqa: F401 (here: a stop that cut this import short breaks plots)
-
         size = f"{theta.size} parameters; the noise table: {table_size}"
         print(f"run directory: {self.dir}  ({size})", flush=True)
-        self.workers = Workers(args, noise_table(args.noise_size, args.noise_seed))
+        self.block, table = noise_table(args.noise_size, args.noise_seed, shared=not args.ray)
+        pool = make_pool(args, self.block)
+        if args.ray:  # the table in Ray's object store, held for the run: a retried task maps it
+            ref = pool.ray.put(table)
+            self.workers = Workers(args, pool, pool.ray.get(ref), ref, depth=2)
+        else:
+            self.workers = Workers(args, pool, table)
+
+    def close(self):  # the workers stop, the noise table is freed, the lock is lifted
+        self.workers.pool.shutdown(cancel_futures=True)
+        self.workers.table = None  # the master's view of the table, before the block goes
+        if self.block is not None:
+            self.block.close()
+            self.block.unlink()
+        self.lock.close()
+
+    def write_progress(self):  # progress.csv, a row per generation logged
+        text = io.StringIO()
+        table = csv.DictWriter(text, COLUMNS, lineterminator="\n")
+        table.writeheader()
+        table.writerows(self.rows)
+        write_file(os.path.join(self.dir, "progress.csv"), text.getvalue().encode())
+
+    def evaluations(self) -> list:  # (mean, generation) of each evaluation logged so far
+        means = [(float(row["eval_return_mean"]), int(row["iteration"])) for row in self.rows]
+        return [(mean, it) for mean, it in means if not math.isnan(mean)]
 
     def log(self, state: dict, info: dict, ev):
         a = self.args
@@ -935,14 +914,12 @@ class Run:
         nl = info["noiseless"]  # the noiseless episodes' (return, length) rows
         state["wall_time"] = time.time() - self.t0
         speed = info["steps"] / info["time_gen"]
-        if ev is None:
-            ev = np.array([np.nan])
-        else:
-            self.ev = ev.mean()
+        shown = ev if ev is not None else np.array([np.nan])
         row = dict(iteration=it, episodes=state["episodes"], env_steps=state["env_steps"])
         row.update(wall_time_s=round(state["wall_time"], 2), steps_per_s=round(speed, 1))
         row.update(return_mean=R.mean(), return_std=R.std(), return_min=R.min(), return_max=R.max())
-        row.update(eval_return_mean=ev.mean(), eval_return_std=ev.std() if ev.size > 1 else np.nan)
+        row.update(eval_return_mean=shown.mean())
+        row.update(eval_return_std=shown.std() if shown.size > 1 else np.nan)
         row.update(length_mean=L.mean(), noiseless_count=len(nl))
         row.update(episodes_this_gen=L.size + len(nl), timesteps_this_gen=info["steps"])
         if not len(nl):  # no noiseless episode this generation: nan
@@ -954,113 +931,83 @@ class Run:
         row.update(theta_norm=np.linalg.norm(state["theta"]), grad_norm=info["grad_norm"])
         row.update(update_norm=info["update_norm"], time_gen_s=info["time_gen"])
         row.update(time_update_s=info["time_update"])
-        for name in TIMERS:
-            times = info["times"][name]
-            row.update({f"time_{name}_min": times.min(), f"time_{name}_max": times.max()})
-            row[f"time_{name}_mean"] = times.mean()
-        self.csv.writerow(row)
-        self.file.flush()
+        self.rows.append(row)
+        self.write_progress()
+        evals = self.evaluations()
+        evaluation = f"eval {evals[-1][0]:7.1f}" if evals else "eval       -"
         eta = (a.iterations - it) * state["wall_time"] / it / 60
         print(
             f"gen {it:5d} | eps {state['episodes']:7d} | steps {state['env_steps']:10,d} | "
-            f"return {R.mean():8.1f} (max {R.max():7.1f}) | eval {self.ev:7.1f} | {speed:6.0f} "
+            f"return {R.mean():8.1f} (max {R.max():7.1f}) | {evaluation} | {speed:6.0f} "
             f"steps/s | {state['wall_time'] / 60:5.1f} min | ETA {eta:5.1f} min",
             flush=True,
         )
         snapshot = a.save_every > 0 and it % a.save_every == 0
-        if snapshot or not np.isnan(ev).all():
+        if snapshot or ev is not None:
             save_checkpoint(self.dir, state, a, snapshot)
-            plot(self.dir, f"OpenAI ES on {a.env}")
+            write_file(
+                os.path.join(self.dir, "progress.png"), plot(self.rows, f"OpenAI ES on {a.env}")
+            )
 
-    def end(self, state: dict, status: str) -> dict:
-        """The last logged state checkpointed; the workers stopped; the plot; the last line."""
-        self.file.close()
+    def end(self, state: dict, status: str) -> dict:  # the checkpoint, the plot, the last line
         a = self.args  # a finished run's last state is a snapshot too
         save_checkpoint(self.dir, state, a, snapshot=status in ("done", "target"))
-        self.workers.close()
-        best, at = np.nan, 0  # the best evaluation and its iteration, from the plot
-        if state["iteration"]:
-            best, at = plot(self.dir, f"OpenAI ES on {a.env}")
+        if self.rows:
+            write_file(
+                os.path.join(self.dir, "progress.png"), plot(self.rows, f"OpenAI ES on {a.env}")
+            )
         done = f"{state['iteration']}: {state['episodes']} episodes, {state['env_steps']} env steps"
         if status == "target":
             message = f"target {a.target_return} reached at generation {done}"
         elif status == "done":
             message = f"done, generation {done}"
-            if a.target_return is not None:
+            evals = self.evaluations()
+            if a.target_return is not None and evals:
+                best, at = max(evals, key=lambda evaluation: evaluation[0])  # the first best
                 message += f"; the target {a.target_return} was not reached: the best evaluation "
-                message += f"was {best:.1f}, at generation {at:.0f}"
+                message += f"was {best:.1f}, at generation {at}"
         elif status == "diverged":
             message = f"NaN or inf after generation {done}; its checkpoint is kept (a smaller "
             message += "--alpha or --sigma?)"
         else:
-            message = f"{status}: resume with  python es_openai.py --resume {self.dir}"
+            again = shlex.join(["python", SCRIPT, "--resume", self.dir])
+            message = f"{status}: resume with  {again}"
         print(message, file=sys.stdout if status in ("target", "done") else sys.stderr)
         return dict(state, run_dir=self.dir, status=status)
 
 
-def save_checkpoint(run_dir: str, state: dict, args, snapshot: bool):  # whole, then renamed
+def save_checkpoint(run_dir: str, state: dict, args, snapshot: bool):  # --resume, --play read it
+    policy = dict(env=args.env, sizes=args.sizes, activation=args.activation)
+    policy.update(ac_bins=args.ac_bins, obs_norm=args.obs_norm)
+    data = io.BytesIO()
+    np.savez(data, **state, **policy)
     names = ["latest.npz"]
     if snapshot and args.save_every:
         names.append(f"iter_{state['iteration']:06d}.npz")
-    policy = dict(env=args.env, sizes=args.sizes, activation=args.activation)
-    policy.update(ac_bins=args.ac_bins, obs_norm=args.obs_norm)
-    tmp = os.path.join(run_dir, "checkpoints", "tmp.npz")
-    with stops_held():  # a stop waits for the files
-        for name in names:
-            np.savez(tmp, **state, **policy)
-            os.replace(tmp, os.path.join(run_dir, "checkpoints", name))
+    for name in names:
+        write_file(os.path.join(run_dir, "checkpoints", name), data.getvalue())
 
 
-def load_checkpoint(path: str, args) -> dict:  # the state saved by save_checkpoint, checked
-    n = args.sizes[0]
-    fields = dict(theta=(None, "finite"), opt_m=(None, "finite"), opt_v=(None, "nonnegative"))
-    fields.update(opt_t=((), "count"), ob_sum=((n,), "finite"), ob_sumsq=((n,), "nonnegative"))
-    fields.update(ob_count=((), "nonnegative"), iteration=((), "count"), episodes=((), "count"))
-    fields.update(env_steps=((), "count"), wall_time=((), "nonnegative"), env=((), "any"))
-    fields.update(sizes=(None, "count"), activation=((), "any"), obs_norm=((), "any"))
-    c = read_checkpoint(path, fields, args.env)
-    saved = (c["sizes"].tolist(), str(c["activation"]), bool(c["obs_norm"]))
-    wanted = (args.sizes, args.activation, args.obs_norm)
-    what = "(layer sizes, activation, observation normalization)"
-    check(saved == wanted, f"the checkpoint '{path}' is for {saved}, not {wanted} {what}")
-    d = n_params(args.sizes)
-    fits = c["theta"].shape == c["opt_m"].shape == c["opt_v"].shape == (d,)
-    check(fits, f"the checkpoint '{path}' holds theta, opt_m or opt_v not of the policy's {d}")
-    state = {key: c[key] for key in STATE}  # ob_sum and ob_sumsq as saved
-    for key in ("theta", "opt_m", "opt_v"):
-        state[key] = c[key].astype(np.float32)
-    for key in ("opt_t", "ob_count", "iteration", "episodes", "env_steps", "wall_time"):
-        state[key] = c[key].item()
-    return state
-
-
-def read_checkpoint(path: str, fields: dict, env_id=None) -> dict:
-    """The arrays of the .npz file at path, checked: fields[name] = (shape, kind), shape None for
-    any, kind "count" (integers >= 0), "finite", "nonnegative" (finite, >= 0) or "any"; env_id,
-    if given, is the environment it must be for. Anything else is one line, exit status 2."""
-    check(os.path.isfile(path), f"there is no file '{path}'")
+def load_checkpoint(path: str, args) -> dict:  # the state save_checkpoint wrote, for args' policy
     try:
         with np.load(path, allow_pickle=False) as f:
-            saved = {name: f[name] for name in f.files}
-    except Exception as e:  # empty, cut short, not a zip, a bad CRC, pickled: all one class
-        reason = str(e).split(". ")[0]  # numpy's advice to unpickle an untrusted file left out
-        check(False, f"cannot read the checkpoint '{path}': {type(e).__name__}: {reason}")
-    missing = ", ".join(name for name in fields if name not in saved)
-    check(not missing, f"'{path}' is no checkpoint of {SCRIPT}: it has no {missing}")
-    if env_id is not None:
-        env = saved["env"]
-        check(env == env_id, f"the checkpoint '{path}' is for {env}, not {env_id}")
-    for name, (shape, kind) in fields.items():
-        x = saved[name]
-        damaged = f"the checkpoint '{path}' is damaged: its {name}"
-        check(shape is None or x.shape == shape, f"{damaged} has shape {x.shape}, not {shape}")
-        if kind == "count":
-            check(x.dtype.kind in "iu" and (x >= 0).all(), f"{damaged} is not an integer >= 0")
-        if kind in ("finite", "nonnegative"):
-            check(x.dtype.kind == "f" and np.isfinite(x).all(), f"{damaged} is not finite")
-        if kind == "nonnegative":
-            check((x >= 0).all(), f"{damaged} is negative")
-    return saved
+            c = {name: f[name] for name in f.files}
+        saved = (str(c["env"]), c["sizes"].tolist(), str(c["activation"]), bool(c["obs_norm"]))
+        state = {key: c[key] for key in STATE}  # ob_sum and ob_sumsq as saved
+        for key in ("theta", "opt_m", "opt_v"):
+            state[key] = c[key].astype(np.float32)
+        for key in ("opt_t", "ob_count", "iteration", "episodes", "env_steps", "wall_time"):
+            state[key] = c[key].item()
+    except Exception as e:  # missing, not a zip, cut short, pickled, not es_openai.py's
+        check(False, f"cannot read the checkpoint '{path}' ({type(e).__name__}: {e})")
+    check(saved[0] == args.env, f"the checkpoint '{path}' is for {saved[0]}, not {args.env}")
+    wanted = (args.env, args.sizes, args.activation, args.obs_norm)
+    what = "(environment, layer sizes, activation, observation normalization)"
+    check(saved == wanted, f"the checkpoint '{path}' is for {saved}, not {wanted} {what}")
+    d = n_params(args.sizes)
+    fits = state["theta"].shape == state["opt_m"].shape == state["opt_v"].shape == (d,)
+    check(fits, f"the checkpoint '{path}' holds theta, opt_m or opt_v not of the policy's {d}")
+    return state
 
 
 def read_config(run_dir: str) -> dict:  # config.json of a run directory of this script
@@ -1074,38 +1021,36 @@ def read_config(run_dir: str) -> dict:  # config.json of a run directory of this
     return config
 
 
-def plot(run_dir: str, title: str) -> tuple:  # progress.png; returns the best evaluation
+def plot(rows: list, title: str) -> bytes:  # progress.png: the learning curve
     from matplotlib.figure import Figure
 
-    c = np.atleast_1d(np.genfromtxt(f"{run_dir}/progress.csv", delimiter=",", names=True))
-    ev = c["eval_return_mean"]
-    ok = ~np.isnan(ev)
+    c = {key: np.array([row[key] for row in rows], dtype=float) for key in COLUMNS}
+    ok = ~np.isnan(c["eval_return_mean"])
     fig = Figure((7, 4))  # fixed margins: a tight layout costs as much as the drawing
     ax = fig.subplots(gridspec_kw=dict(left=0.12, right=0.97, bottom=0.12, top=0.92))
     ax.fill_between(c["env_steps"], c["return_min"], c["return_max"], alpha=0.2, label="range")
     ax.plot(c["env_steps"], c["return_mean"], label="training (mean)")
-    ax.plot(c["env_steps"][ok], ev[ok], "o-", label="evaluation (mean)")
+    ax.plot(c["env_steps"][ok], c["eval_return_mean"][ok], "o-", label="evaluation (mean)")
     ax.set(xlabel="environment steps", ylabel="return", title=title)
     ax.legend(loc="lower right")
-    fig.savefig(os.path.join(run_dir, "progress.png"), dpi=90)
-    if not ok.any():
-        return np.nan, 0
-    return np.nanmax(ev), c["iteration"][np.nanargmax(ev)]
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=90)
+    return image.getvalue()
 
 
-def write_gif(args, state: dict, path: str) -> str:
-    """--play's evaluation episode 0, the job ("eval", 10**6, 0), as a GIF of every second frame."""
+def film(args, state: dict) -> bytes:  # --play's evaluation episode 0, the job ("eval", 10**6, 0)
+    env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
+    run_job(env, args, None, task_of(state, args), ("eval", 10**6, 0))  # no noise table
+    return gif(env.render())
+
+
+def gif(frames: list) -> bytes:  # every second frame (one a step), at half size, 12.5 per second
     from PIL import Image  # comes with matplotlib
 
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame draws without a display
-    os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
-    env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
-    run_jobs([env], args, None, task_of(state, args), [("eval", 10**6, 0)])  # no noise table
-    # every second frame RenderCollection kept (one a step), at 12.5 frames per second
-    images = [Image.fromarray(frame[::2, ::2]) for frame in env.render()[::2]]  # half size
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    images[0].save(path, save_all=True, append_images=images[1:], duration=80, loop=0)
-    return path
+    images = [Image.fromarray(frame[::2, ::2]) for frame in frames[::2]]
+    data = io.BytesIO()
+    images[0].save(data, format="GIF", save_all=True, append_images=images[1:], duration=80, loop=0)
+    return data.getvalue()
 
 
 def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN_DIR
@@ -1122,13 +1067,17 @@ def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN
     for key in ("env", "hidden", "activation", "ac_bins", "obs_norm", "episode_length"):
         setattr(args, key, config[key])
     args.ac_noise_std = 0.0
-    args.episodes = args.episodes or 10
+    args.ray = False
+    args.ray_address = None
     configure(args)
     check(names, f"'{run_dir}' has no snapshots (checkpoints/iter_*.npz)")
     states = [load_checkpoint(name, args) for name in names]
     if args.video:
-        print(f"video: {write_gif(args, states[0], f'{run_dir}/video/{args.env}.gif')}")
-    workers = Workers(args, np.zeros(1, np.float32))
+        os.makedirs(os.path.join(run_dir, "video"), exist_ok=True)
+        path = os.path.join(run_dir, "video", f"{args.env}.gif")
+        write_file(path, film(args, states[0]))
+        print(f"video: {path}", flush=True)
+    workers = Workers(args, make_pool(args), None)
     table = []
     try:
         for s in states:  # the same episodes for every snapshot
@@ -1138,58 +1087,57 @@ def play(args):  # --play RUN_DIR or one snapshot file, --evaluate-snapshots RUN
             spread = f"(min {R.min():.1f}, max {R.max():.1f})"
             print(f"{args.env}: {mean} {spread}, policy of generation {s['iteration']}", flush=True)
     finally:
-        workers.close()
+        workers.pool.shutdown()
     if args.evaluate_snapshots:
-        from matplotlib.figure import Figure
-
-        t = np.array(table)
-        header = "iteration,env_steps,return_mean,return_std,return_min,return_max"
-        path = f"{run_dir}/snapshots.csv"
-        np.savetxt(path, t, delimiter=",", comments="", fmt="%.17g", header=header)
-        fig = Figure((7, 4))
-        ax = fig.subplots(gridspec_kw=dict(left=0.12, right=0.97, bottom=0.12, top=0.92))
-        ax.errorbar(t[:, 0], t[:, 2], yerr=t[:, 3], fmt="o-", capsize=3)
-        ylabel = f"return over {args.episodes} episodes (+- std)"
-        title = os.path.basename(os.path.normpath(run_dir))
-        ax.set(xlabel="generation", ylabel=ylabel, title=title)
-        fig.savefig(f"{run_dir}/snapshots.png", dpi=90)
-        print(f"wrote {run_dir}/snapshots.csv and snapshots.png")
+        write_snapshots(run_dir, np.array(table), args.episodes)
     return R if args.play else table
 
 
-def mujoco_warning(message: str):  # MuJoCo 3.3+ warns of gymnasium's settotalmass: not ours
-    if "settotalmass" not in message:
-        print(f"MuJoCo warning: {message.strip()}", file=sys.stderr)
+def write_snapshots(run_dir: str, t: np.ndarray, episodes: int):  # snapshots.csv and .png
+    from matplotlib.figure import Figure
+
+    text = io.StringIO()
+    header = "iteration,env_steps,return_mean,return_std,return_min,return_max"
+    np.savetxt(text, t, delimiter=",", comments="", fmt="%.17g", header=header)
+    write_file(os.path.join(run_dir, "snapshots.csv"), text.getvalue().encode())
+    fig = Figure((7, 4))
+    ax = fig.subplots(gridspec_kw=dict(left=0.12, right=0.97, bottom=0.12, top=0.92))
+    ax.errorbar(t[:, 0], t[:, 2], yerr=t[:, 3], fmt="o-", capsize=3)
+    ylabel = f"return over {episodes} episodes (+- std)"
+    ax.set(xlabel="generation", ylabel=ylabel, title=os.path.basename(os.path.normpath(run_dir)))
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=90)
+    write_file(os.path.join(run_dir, "snapshots.png"), image.getvalue())
+    print(f"wrote {run_dir}/snapshots.csv and snapshots.png")
 
 
 def main(argv=None):
-    with contextlib.suppress(ImportError):  # MuJoCo's warnings on stderr, not in a file here
-        import mujoco
-
-        mujoco.set_mju_user_warning(mujoco_warning)
-    args = build_parser().parse_args(argv)
-    modes = [m for m in ("resume", "play", "evaluate_snapshots") if getattr(args, m) is not None]
-    check(len(modes) < 2, f"--{' and --'.join(modes).replace('_', '-')}: one at a time")
-    playing = args.play is not None or args.evaluate_snapshots is not None
-    check(args.play is not None or not args.video, "--video goes with --play RUN_DIR")
-    check(playing or not args.episodes, "--episodes goes with --play or --evaluate-snapshots")
-    check(not playing or not (args.ray or args.ray_address), "--ray is for training, not --play")
+    args = parse(sys.argv[1:] if argv is None else list(argv))
+    if args.video:  # draw without a display, before MuJoCo loads its renderer
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame's
+        if sys.platform == "linux":  # MuJoCo's (elsewhere, the system's own GL)
+            os.environ.setdefault("MUJOCO_GL", "glfw" if os.environ.get("DISPLAY") else "egl")
+    quiet_mujoco()  # its warnings on stderr, not in a file MUJOCO_LOG.TXT here
+    stops = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
-        if playing:
+        if args.play is not None or args.evaluate_snapshots is not None:
             return play(args)
-        result = train(configure(args))
-    except OSError as e:  # a --video folder that takes no file, a disk full (the checkpoints stay)
+        args = configure(args)  # Ray, if asked for, starts here: its own SIGTERM handler first
+        STOP.clear()
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTERM, on_stop)  # the stop a job scheduler sends
+        result = train(args)
+    except OSError as e:  # a folder that takes no file, a full disk (the checkpoints stay)
         check(False, f"cannot write {e.filename}: {e.strerror}")
-    except KeyboardInterrupt:  # during --play, or while a run starts
-        sys.exit(130)
+    finally:  # a notebook's Ctrl-C works as before
+        signal.signal(signal.SIGINT, stops[0])
+        signal.signal(signal.SIGTERM, stops[1])
     if result["status"] == "interrupted":
         sys.exit(130)
-    if result["status"] not in ("done", "target"):
-        sys.exit(1)
+    if result["status"] != "done" and result["status"] != "target":
+        sys.exit(1)  # NaN or inf, or a worker process died
     return result
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops a run like Ctrl-C
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a job started with '&'
     main()

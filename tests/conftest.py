@@ -53,7 +53,7 @@ def pytest_configure(config):
 POSIX_ONLY = pytest.mark.skipif(
     sys.platform == "win32", reason="sends POSIX signals and reads processes with pgrep and ps"
 )
-NOT_YET_ON_WINDOWS = ("es_openai.py", "nes_exercise.py")  # they need fork and sigmask
+NOT_YET_ON_WINDOWS = ("nes_exercise.py",)  # it needs fork and sigmask
 
 
 def not_yet_on_windows(item) -> bool:

@@ -163,9 +163,11 @@ def table_seen_by_a_task(table) -> tuple:  # what a Ray task receives for the ta
 @NEEDS_RAY
 def test_es_noise_table_is_read_from_the_object_store_without_a_copy(cluster):
     args = parse(eo, **ES_TINY, workers=4, ray=True)
-    table = eo.noise_table(args.noise_size, 123)
+    _, table = eo.noise_table(args.noise_size, 123, shared=False)
     expected = table[[0, 99_999]].copy()
-    workers = eo.Workers(args, table)
+    pool = eo.make_pool(args)
+    ref = pool.ray.put(table)
+    workers = eo.Workers(args, pool, pool.ray.get(ref), ref, depth=2)  # as Run makes it
     assert not workers.table.flags.writeable  # the master reads the object store's copy too
     np.testing.assert_array_equal(workers.table[[0, 99_999]], expected)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

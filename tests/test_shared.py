@@ -127,11 +127,12 @@ def test_the_helpers_copied_between_scripts_are_identical():
 
     every = (es_basic, ars, es_openai)
     copies = dict.fromkeys(["stream", "Parser", "check", "at_least"], every)
-    # the small shell of es_basic.py and ars.py (es_openai.py has the older one)
     for name in ("HelpFormatter", "on_stop", "exit_after", "write_file", "gif"):
-        copies[name] = (es_basic, ars)
+        copies[name] = every
     copies.update(centered_ranks=(es_basic, es_openai))
-    for name in ("make_env", "reset_env", "read_config", "mujoco_warning"):
+    for name in ("parse", "lock", "init_worker", "make_env", "env_of", "reset_env", "read_config"):
+        copies[name] = (ars, es_openai)
+    for name in ("mujoco_warning", "quiet_mujoco", "start_ray", "RayExecutor", "plot"):
         copies[name] = (ars, es_openai)
     for name, modules in copies.items():
         sources = {inspect.getsource(getattr(module, name)) for module in modules}
@@ -185,27 +186,6 @@ def test_an_empty_run_dir_is_refused_and_starts_no_run(script, tmp_path, capsys,
         line = one_error_line(call(capsys, script, flag, ""))
         assert "'' is not a run directory" in line or "cannot read the policy 'policy.npz'" in line
     assert os.listdir(tmp_path) == []  # no runs/ folder: no training started
-
-
-@pytest.mark.parametrize("script", ["es_openai.py"])
-def test_flags_of_another_mode_are_refused(runs, script, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    run_dir = runs[script]
-    before = digest(run_dir)
-    cases = [(["--video"], "with --play"), (["--episodes", "3"], "with --play")]
-    if script == "es_openai.py":
-        cases += [(["--play", run_dir, "--ray"], "--ray is for training")]
-        cases += [
-            (["--play", run_dir, "--resume", run_dir], "--resume and --play: one at a time"),
-            (["--play", run_dir, "--evaluate-snapshots", run_dir], "one at a time"),
-            (["--evaluate-snapshots", run_dir, "--video"], "--video goes with --play"),
-            (["--evaluate-snapshots", run_dir, "--ray"], "--ray is for training"),
-        ]
-    for argv, message in cases:
-        assert message in one_error_line(call(capsys, script, *TINY[script], *argv)), argv
-    assert (
-        os.listdir(tmp_path) == [] and digest(run_dir) == before
-    )  # no training started, nothing written
 
 
 # ---------------------------------------------------------------- resumed runs and files
@@ -316,8 +296,8 @@ def state_of(folder) -> dict:
 HAND_EDITED = ("a negative counter", "a fractional counter", "weights not finite")
 
 
-def damages(script):  # es_basic.py and ars.py check no array only a hand could have changed
-    hand = HAND_EDITED + ("a negative variance",) if script != "es_openai.py" else ()
+def damages(script):  # no script checks an array that only a hand could have changed
+    hand = HAND_EDITED + ("a negative variance",)
     return [
         h for h in DAMAGES if h not in hand and (script in VARIANCE or h != "a negative variance")
     ]
@@ -348,10 +328,7 @@ def test_a_checkpoint_that_cannot_be_written_during_a_run_is_one_line(
     """The disk fills or the folder turns read-only mid-run: one line, and the last checkpoint,
     written whole and then renamed, is still there to resume from."""
     run_dir = copy_of(runs, script, tmp_path)
-    temporary = "latest.npz.tmp" if script == "ars.py" else "tmp.npz"
-    os.mkdir(
-        os.path.join(run_dir, "checkpoints", temporary)
-    )  # the next checkpoint cannot be written
+    os.mkdir(os.path.join(run_dir, "checkpoints", "latest.npz.tmp"))  # latest.npz cannot be
     line = one_error_line(call(capsys, script, "--resume", run_dir, "--iterations", "2"))
     assert "cannot write" in line
     with np.load(os.path.join(run_dir, "checkpoints", "latest.npz"), allow_pickle=False) as f:
@@ -581,17 +558,11 @@ def test_a_retired_environment_version_is_one_line(script, tmp_path, capsys):
 
 # ---------------------------------------------------------------- a simulated Windows
 
-NOT_YET_ON_WINDOWS = {  # what each script still needs that Windows lacks
-    "es_openai.py": "es_openai.py forks its workers to share the noise table",
-}
-
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_two_iterations_on_a_simulated_windows(script, workers, tmp_path, request):
+def test_two_iterations_on_a_simulated_windows(script, workers, tmp_path):
     """No fork, no signal.pthread_sigmask, workers started by spawn (tests/site/)."""
-    if script in NOT_YET_ON_WINDOWS:
-        request.applymarker(pytest.mark.xfail(reason=NOT_YET_ON_WINDOWS[script], strict=True))
     argv = [*TINY[script], "--iterations", "2", "--workers", workers, "--out-dir", str(tmp_path)]
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, script), *argv],
