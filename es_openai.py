@@ -96,6 +96,7 @@ def build_parser(env_id: str = "HalfCheetah-v5") -> argparse.ArgumentParser:
     a("--noise-seed", type=n(0), default=123, help="seed of the noise table")
     a("--episode-length", type=n(1), help="steps per episode (None: the time limit)")
     a("--workers", type=n(1), help="rollout processes (None: the cores, or Ray's CPUs)")
+    a("--lockstep", type=n(1), default=4, metavar="P", help="pairs a worker steps at once (speed)")
     a("--out-dir", default="runs", help="where run directories are made")
     a("--eval-every", type=n(1), help="evaluate the noiseless policy every K generations")
     a("--eval-episodes", type=n(1), help="episodes per evaluation")
@@ -244,16 +245,19 @@ def activate(z: np.ndarray, activation: str):  # the hidden layers' nonlinearity
 
 
 class Policy:
-    """a = pi_theta(o): normalize (Eq. 9), the MLP, the action of Eq. (11). Each layer is kept as
-    [W; b], the bias as the last row, so that f(x W + b) is one product: f([x, 1] @ [W; b])."""
+    """a = pi_theta(o) for the B parameter vectors of a job, stepped together (a mirrored pair:
+    theta + sigma eps and theta - sigma eps): normalize (Eq. 9), the MLP, the action of Eq. (11).
+    Each layer is kept as [W; b], the bias as its last row, so that f(x W + b) is one product
+    per row, f([x, 1] @ [W; b]): (B, 1, n_in + 1) @ (B, n_in + 1, n_out)."""
 
-    def __init__(self, theta, sizes, activation, act, ac_bins, ob_mean, ob_std, ob_clip=True):
-        self.layers = [np.vstack([W, b]).astype(np.float64) for W, b in unflatten(theta, sizes)]
+    def __init__(self, thetas, sizes, activation, act, ac_bins, ob_mean, ob_std, ob_clip=True):
+        per_theta = [[np.vstack([W, b]) for W, b in unflatten(theta, sizes)] for theta in thetas]
+        self.layers = [np.stack(Wb).astype(np.float64) for Wb in zip(*per_theta)]
+        self.B = len(thetas)
+        self.ones = np.ones((self.B, 1))
         self.activation = activation
         self.inv_std = 1.0 / np.asarray(ob_std, np.float64)
-        self.shift = (
-            -np.asarray(ob_mean, np.float64) * self.inv_std
-        )  # (o - mean) / std, as o / std + shift
+        self.shift = -np.asarray(ob_mean, np.float64) * self.inv_std  # (o - mean) / std
         self.clip = 5.0 if ob_clip else np.inf  # without normalization the observations go in raw
         self.discrete = isinstance(act, gym.spaces.Discrete)
         self.bins = ac_bins
@@ -263,18 +267,21 @@ class Policy:
             self.rows = np.arange(len(self.low))  # bin k: low + k (high - low) / (K - 1)
             self.bin_values = np.linspace(self.low, self.high, ac_bins or 2, axis=1)  # (adim, K)
 
-    def __call__(self, ob, noise=None):
-        """The action for observation ob; noise: (adim,) action noise, or None."""
-        x = np.minimum(np.maximum(ob * self.inv_std + self.shift, -self.clip), self.clip)  # Eq. (9)
+    def __call__(self, obs, noise=None):
+        """obs: (B, n) observations; noise: (B, adim) action noise, or None. (B, adim) actions,
+        or B ints."""
+        x = np.minimum(
+            np.maximum(obs * self.inv_std + self.shift, -self.clip), self.clip
+        )  # Eq. (9)
         for Wb in self.layers[:-1]:
-            z = np.append(x, 1.0) @ Wb  # x W + b
+            z = (np.concatenate([x, self.ones], axis=1)[:, None] @ Wb)[:, 0]  # x W + b, (B, n_out)
             activate(z, self.activation)
             x = z
-        y = np.append(x, 1.0) @ self.layers[-1]  # the output layer: logits, or the action
+        y = (np.concatenate([x, self.ones], axis=1)[:, None] @ self.layers[-1])[:, 0]  # (B, n_out)
         if self.discrete:
-            return int(np.argmax(y))
+            return np.argmax(y, axis=1).tolist()
         if self.bins:  # Eq. (11): per dimension, the value of the bin with the largest logit
-            y = self.bin_values[self.rows, np.argmax(y.reshape(-1, self.bins), axis=1)]
+            y = self.bin_values[self.rows, np.argmax(y.reshape(self.B, -1, self.bins), axis=2)]
         if noise is not None:  # action noise, training episodes only
             y = y + noise
         return np.minimum(np.maximum(y, self.low), self.high)  # deviation: clipped to the bounds
@@ -293,46 +300,51 @@ def noise_table(size: int, seed: int, shared=True) -> tuple:
     return block, table
 
 
-class ActionNoise:
-    """sigma_a N(0, I) for the episodes of a job (Eq. 11), from the job's stream, drawn 256 steps
-    at a time for all its episodes side by side: (256, episodes, adim)."""
-
-    def __init__(self, rng, std: float, episodes: int, adim: int):
-        self.rng = rng
-        self.std = std
-        self.shape = (256, episodes, adim)
-        self.blocks = []
-
-    def __call__(self, t: int, episode: int) -> np.ndarray:  # step t of one of the job's episodes
-        while len(self.blocks) <= t // 256:
-            self.blocks.append(self.std * self.rng.standard_normal(self.shape))
-        return self.blocks[t // 256][t % 256, episode]
-
-
-def rollout(env, policy: Policy, env_seed: int, noise=None, episode=0, keep_obs=False) -> tuple:
-    """One episode: (return, the sum of its rewards' signs, length, (sum x, sum x^2) of the states
-    acted on, or None). noise: the job's ActionNoise (training episodes); episode: which one."""
-    ob, _ = reset_env(env, env_seed)
-    kept = [ob] if keep_obs else None
-    total = 0.0
-    signs = 0.0
-    steps = 0
-    while True:
-        action = policy(ob, None if noise is None else noise(steps, episode))
-        ob, r, terminated, truncated, _ = env.step(action)
-        r = float(r)
-        total += r
-        signs += (r > 0) - (r < 0)
-        steps += 1
-        if terminated or truncated:
-            break
-        if keep_obs:  # the states acted on; the terminal one is not
-            kept.append(ob)
-    sums = None
-    if keep_obs:
-        x = np.asarray(kept, np.float64)
-        sums = (x.sum(axis=0), np.square(x).sum(axis=0))
-    return total, signs, steps, sums
+def rollouts(envs: list, policy: Policy, env_seeds: list, rngs=None, ac_noise_std=0.0, keep=None):
+    """The B = policy.B episodes of a message's jobs, stepped together, one policy call a step:
+    job j's episodes start from env_seeds[j], draw action noise from rngs[j] (Eq. 11) and keep
+    their states' sums if keep[j]. Per episode: (return, the sum of its rewards' signs, length,
+    (sum x, sum x^2) of the states acted on, or None)."""
+    B = policy.B
+    per = B // len(env_seeds)  # 2 for a mirrored pair, else 1
+    while len(envs) < B:
+        envs.append(make_env(envs[0].spec.id, envs[0].spec.max_episode_steps))
+    obs = [reset_env(envs[i], env_seeds[i // per])[0] for i in range(B)]
+    kept = [[ob] if keep and keep[i // per] else None for i, ob in enumerate(obs)]
+    total = [0.0] * B
+    signs = [0.0] * B
+    steps = [0] * B
+    running = list(range(B))
+    noise = None
+    t = 0
+    while running:
+        if rngs is not None and ac_noise_std > 0:  # step t's row of a (256, B, adim) block
+            if t % 256 == 0:  # each job's (256, per, adim) from its own stream
+                shape = (256, per, len(policy.low))
+                block = np.concatenate(
+                    [ac_noise_std * rng.standard_normal(shape) for rng in rngs], 1
+                )
+            noise = block[t % 256]
+        actions = policy(np.array(obs), noise)
+        t += 1
+        for i in list(running):
+            ob, r, terminated, truncated, _ = envs[i].step(actions[i])
+            r = float(r)
+            total[i] += r
+            signs[i] += (r > 0) - (r < 0)
+            steps[i] += 1
+            if terminated or truncated:  # the terminal state is not acted on
+                running.remove(i)
+                continue
+            obs[i] = ob
+            if kept[i] is not None:
+                kept[i].append(ob)
+    sums = [None] * B
+    for i, observed in enumerate(kept):
+        if observed is not None:
+            x = np.asarray(observed, np.float64)
+            sums[i] = (x.sum(axis=0), np.square(x).sum(axis=0))
+    return list(zip(total, signs, steps, sums))
 
 
 def job_stream(args, kind: str, t: int, k: int) -> tuple:
@@ -345,45 +357,56 @@ def job_stream(args, kind: str, t: int, k: int) -> tuple:
     return rng, rng.random() < args.eval_prob
 
 
-def run_job(env, args, table, task: dict, job: tuple) -> dict:
-    """Job (kind, t, k): a mirrored pair (or one episode) of Eq. (6), or a noiseless episode
-    (an evaluation, or one of --eval-prob). Runs in a worker; returns a dict of plain values."""
-    kind, t, k = job
+def run_jobs(envs: list, args, table, task: dict, jobs: list) -> list:
+    """A worker's answer to a message of jobs (kind, t, k): a population job is a mirrored pair
+    (or one episode) of Eq. (6), or a noiseless episode (an evaluation, or one of --eval-prob).
+    The message's pairs are stepped together (--lockstep: speed only). Returns [(k, result)],
+    a result a dict of plain values."""
     theta = task["theta"]
-    ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
 
-    def policy(params):
-        return Policy(params, args.sizes, args.activation, args.act, args.ac_bins, *ob)
+    def policy(thetas):
+        ob = (task["ob_mean"], task["ob_std"], task["ob_clip"])
+        return Policy(thetas, args.sizes, args.activation, args.act, args.ac_bins, *ob)
 
-    rng, noiseless = job_stream(args, kind, t, k)  # its stream decides, in this order:
-    env_seed = int(rng.integers(2**31))  # the episodes' seed (deviation: the starter's differ),
-    if noiseless:
-        R, _, L, _ = rollout(env, policy(theta), env_seed)
-        return dict(kind="noiseless" if kind == "train" else "eval", ret=R, length=L)
-    idx = int(rng.integers(0, len(table) - theta.size + 1))  # the noise index,
-    # whether to record observations (deviation: per pair; per episode in the starter)
-    keep = bool(rng.random() < args.calc_obstat_prob * args.obs_norm)
-    eps = table[idx : idx + theta.size]
     signs = (1.0, -1.0) if args.mirror else (1.0,)
-    noise = None
-    if args.ac_noise_std > 0:  # Box actions only (configure)
-        noise = ActionNoise(rng, args.ac_noise_std, len(signs), args.act.shape[0])
-    episodes = []
-    for j, s in enumerate(signs):  # theta + sigma eps_i, then theta - sigma eps_i
-        params = theta + (s * args.sigma) * eps
-        episodes.append(rollout(env, policy(params), env_seed, noise, j, keep))
-    returns, sign_returns, lengths, sums = zip(*episodes)
-    out = dict(kind="pair", idx=idx, returns=returns, sign_returns=sign_returns, lengths=lengths)
-    out.update(ob_sum=None, ob_sumsq=None)
-    if keep:
-        out.update(ob_sum=sum(s[0] for s in sums), ob_sumsq=sum(s[1] for s in sums))
-    return out
+    out = {}
+    pairs = []  # the jobs of theta +- sigma eps_i (or theta + sigma eps_i)
+    for i, (kind, t, k) in enumerate(jobs):
+        rng, noiseless = job_stream(args, kind, t, k)  # its stream decides, in this order:
+        env_seed = int(rng.integers(2**31))  # the episodes' seed (deviation: the starter's differ),
+        if noiseless:
+            ((R, _, L, _),) = rollouts(envs, policy([theta]), [env_seed])
+            out[i] = dict(kind="noiseless" if kind == "train" else "eval", ret=R, length=L)
+            continue
+        idx = int(rng.integers(0, len(table) - theta.size + 1))  # the noise index,
+        # whether to record observations (deviation: per pair; per episode in the starter)
+        keep = bool(rng.random() < args.calc_obstat_prob * args.obs_norm)
+        eps = table[idx : idx + theta.size]
+        thetas = [theta + (s * args.sigma) * eps for s in signs]  # theta +- sigma eps_i
+        pairs.append(dict(i=i, idx=idx, keep=keep, thetas=thetas, env_seed=env_seed, rng=rng))
+    batches = [pairs] if args.mirror else [[pair] for pair in pairs]  # unmirrored: one by one
+    for batch in [b for b in batches if b]:
+        members = [member for pair in batch for member in pair["thetas"]]
+        seeds = [pair["env_seed"] for pair in batch]
+        rngs = [pair["rng"] for pair in batch]
+        keep = [pair["keep"] for pair in batch]
+        episodes = rollouts(envs, policy(members), seeds, rngs, args.ac_noise_std, keep)
+        for j, pair in enumerate(batch):
+            mine = episodes[len(signs) * j : len(signs) * (j + 1)]
+            returns, sign_returns, lengths, sums = zip(*mine)
+            r = dict(kind="pair", idx=pair["idx"], returns=returns, sign_returns=sign_returns)
+            r.update(lengths=lengths, ob_sum=None, ob_sumsq=None)
+            if pair["keep"]:
+                r.update(ob_sum=sum(s[0] for s in sums), ob_sumsq=sum(s[1] for s in sums))
+            out[pair["i"]] = r
+    return [(k, out[i]) for i, (_, _, k) in enumerate(jobs)]
 
 
 # ---- training: Algorithm 2 (docs/es_openai.md, "Master and workers", "Pseudocode") ----
 class Workers:
-    """Persistent workers fed from a task list: a message is one job (kind, t, k) and the task it
-    belongs to (theta and the observation statistics); `depth` messages per worker are out at once.
+    """Persistent workers fed from a task list: a message is up to --lockstep jobs (kind, t, k)
+    and the task they belong to (theta and the observation statistics); `depth` messages per
+    worker are out at once.
     A message still running when its call ended comes back during a later call: its result is
     dropped and counted (stale)."""
 
@@ -402,7 +425,8 @@ class Workers:
         count (training episodes: 2 a pair, 1 unmirrored; or evaluation episodes) and min_steps env
         steps; the call ends at the shortest finished prefix of jobs that holds both, whatever
         the workers' speeds. Returns ({k: result}, the prefix's length)."""
-        per = 1 if kind == "eval" or not self.args.mirror else 2
+        a = self.args
+        per = 1 if kind == "eval" or not a.mirror else 2
         self.calls += 1
         results = {}
         handed = 0  # episodes that count, handed out
@@ -420,20 +444,25 @@ class Workers:
                     if counted >= n and steps >= min_steps:
                         return results, prefix
                 wanted = handed < n or steps < min_steps
-                while wanted and len(self.running) < self.depth * self.args.workers:
-                    _, noiseless = job_stream(self.args, kind, t, k)  # what the worker will draw
-                    handed += per * (kind == "eval" or not noiseless)
-                    future = self.pool.submit(work, self.args, task, (kind, t, k), self.table_ref)
+                while wanted and len(self.running) < self.depth * a.workers:
+                    left = -(-(n - handed) // per)  # jobs still needed, at least
+                    size = min(a.lockstep, max(1, -(-left // a.workers)))  # a worker's share
+                    jobs = []
+                    while wanted and len(jobs) < size:
+                        _, noiseless = job_stream(a, kind, t, k)  # what the worker will draw
+                        handed += per * (kind == "eval" or not noiseless)
+                        jobs.append((kind, t, k))
+                        k += 1
+                        wanted = handed < n or steps < min_steps
+                    future = self.pool.submit(work, a, task, jobs, self.table_ref)
                     self.running[future] = self.calls
-                    k += 1
-                    wanted = handed < n or steps < min_steps
                 finished, _ = wait(self.running, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    out = future.result()  # (k, result)
+                    out = future.result()  # [(k, result), ...]
                     if self.running.pop(future) == self.calls:
-                        results[out[0]] = out[1]
+                        results.update(out)
                     else:  # of an older call: still running when that call ended
-                        self.stale += 1
+                        self.stale += len(out)
         except Exception as e:  # a worker died, or a rollout failed: one line, never a hang
             raise worker_died(e) from None
 
@@ -575,8 +604,8 @@ def check(ok: bool, message: str):  # a user's mistake: one line, exit status 2,
 SAVED = "env seed iterations population min_timesteps sigma optimizer alpha momentum beta1 beta2 "
 SAVED += "l2coeff fitness mirror hidden activation obs_norm calc_obstat_prob ac_noise_std ac_bins "
 SAVED += "eval_prob noise_size noise_seed episode_length out_dir eval_every eval_episodes "
-SAVED = (SAVED + "save_every target_return").split()
-STEER = "iterations alpha sigma target_return save_every".split()  # and the workers
+SAVED = (SAVED + "save_every target_return lockstep").split()
+STEER = "iterations alpha sigma target_return save_every lockstep".split()  # and the workers
 
 
 def parse(argv: list) -> argparse.Namespace:
@@ -656,12 +685,12 @@ def make_env(env_id: str, episode_length=None, render=False):
     return env
 
 
-ENVS = {}  # this process's environments, by id and episode length: each made once
+ENVS = {}  # this process's environments, by id and episode length: rollouts adds as needed
 
 
-def env_of(env_id: str, episode_length=None):  # (not functools.cache: Ray pickles it by value)
+def envs_of(env_id: str, episode_length=None) -> list:  # (not functools.cache: Ray pickles it)
     if (env_id, episode_length) not in ENVS:
-        ENVS[env_id, episode_length] = make_env(env_id, episode_length)
+        ENVS[env_id, episode_length] = [make_env(env_id, episode_length)]
     return ENVS[env_id, episode_length]
 
 
@@ -721,12 +750,12 @@ def init_table(name, size: int):  # a local worker: init_worker, then the noise 
         TABLE = np.ndarray(size, np.float32, BLOCK.buf)
 
 
-def work(args, task: dict, job: tuple, table=None) -> tuple:
-    """A worker's answer to a message: (k, job k's result). table: Ray's read-only copy of the
-    noise table from its object store; a local worker reads TABLE."""
+def work(args, task: dict, jobs: list, table=None) -> list:
+    """A worker's answer to a message (run_jobs). table: Ray's read-only copy of the noise table
+    from its object store; a local worker reads TABLE."""
     if table is None:
         table = TABLE
-    return job[2], run_job(env_of(args.env, args.episode_length), args, table, task, job)
+    return run_jobs(envs_of(args.env, args.episode_length), args, table, task, jobs)
 
 
 class WorkerDied(Exception):
@@ -1040,7 +1069,7 @@ def plot(rows: list, title: str) -> bytes:  # progress.png: the learning curve
 
 def film(args, state: dict) -> bytes:  # --play's evaluation episode 0, the job ("eval", 10**6, 0)
     env = gym.wrappers.RenderCollection(make_env(args.env, args.episode_length, render=True))
-    run_job(env, args, None, task_of(state, args), ("eval", 10**6, 0))  # no noise table
+    run_jobs([env], args, None, task_of(state, args), [("eval", 10**6, 0)])  # no noise table
     return gif(env.render())
 
 

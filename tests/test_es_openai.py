@@ -64,9 +64,9 @@ def csv_rows(run_dir):
         return list(csv.DictReader(f))
 
 
-def policy(args, theta, ob_mean, ob_std, ob_clip=True):
+def policy(args, thetas, ob_mean, ob_std, ob_clip=True):
     return eo.Policy(
-        theta, args.sizes, args.activation, args.act, args.ac_bins, ob_mean, ob_std, ob_clip
+        thetas, args.sizes, args.activation, args.act, args.ac_bins, ob_mean, ob_std, ob_clip
     )
 
 
@@ -116,9 +116,9 @@ def test_an_episode_counts_its_return_the_signs_of_its_rewards_and_its_observati
 
     env = Steps()
     one = eo.Policy(
-        np.zeros(2, np.float32), [1, 1], "tanh", env.action_space, 0, np.zeros(1), np.ones(1)
+        [np.zeros(2, np.float32)], [1, 1], "tanh", env.action_space, 0, np.zeros(1), np.ones(1)
     )
-    total, signs, steps, (ob_sum, ob_sumsq) = eo.rollout(env, one, 0, keep_obs=True)
+    ((total, signs, steps, (ob_sum, ob_sumsq)),) = eo.rollouts([env], one, [0], keep=[True])
     assert (total, signs, steps) == (5.5, 2.0, 5)
     np.testing.assert_array_equal(
         [ob_sum, ob_sumsq], [[0 + 1 + 2 + 3 + 4], [0 + 1 + 4 + 9 + 16]]
@@ -239,20 +239,20 @@ def test_the_policy_normalizes_clips_and_maps_bins_to_bounds():
     b[:] = [5, 0, 0, 0, 0, 5]  # dimension 0 -> bin 0 (low), dimension 1 -> bin 2 (high)
 
     def act(noise=None):
-        policy = eo.Policy(theta, sizes, "tanh", space, 3, np.zeros(3), np.ones(3))
-        return policy(np.zeros(3), noise)
+        policy = eo.Policy([theta], sizes, "tanh", space, 3, np.zeros(3), np.ones(3))
+        return policy(np.zeros((1, 3)), noise)
 
-    np.testing.assert_allclose(act(), [-1.0, 2.0])
+    np.testing.assert_allclose(act(), [[-1.0, 2.0]])
     b[:] = [0, 5, 0, 0, 5, 0]  # middle bins: the middle of the bounds
-    np.testing.assert_allclose(act(), [0.0, 0.0])
-    np.testing.assert_allclose(act(np.array([5.0, -0.5])), [1.0, -0.5])  # noise, then clipped
+    np.testing.assert_allclose(act(), [[0.0, 0.0]])
+    np.testing.assert_allclose(act(np.array([[5.0, -0.5]])), [[1.0, -0.5]])  # noise, clipped
     theta2 = np.zeros(8, np.float32)
     eo.unflatten(theta2, [3, 2])[0][0][0, 0] = 0.1
-    cont = eo.Policy(theta2, [3, 2], "tanh", space, 0, np.full(3, 2.0), np.full(3, 0.5))
+    cont = eo.Policy([theta2], [3, 2], "tanh", space, 0, np.full(3, 2.0), np.full(3, 0.5))
     # (o - mean) / std clipped to [-5, 5] before the layer, then 0.1 * 5
-    np.testing.assert_allclose(cont(np.array([100.0, 0, 0])), [0.5, 0.0], rtol=1e-6)
-    raw = eo.Policy(theta2, [3, 2], "tanh", space, 0, np.zeros(3), np.ones(3), ob_clip=False)
-    np.testing.assert_allclose(raw(np.array([9.0, 0, 0])), [0.9, 0.0], rtol=1e-6)  # not clipped
+    np.testing.assert_allclose(cont(np.array([[100.0, 0, 0]])), [[0.5, 0.0]], rtol=1e-6)
+    raw = eo.Policy([theta2], [3, 2], "tanh", space, 0, np.zeros(3), np.ones(3), ob_clip=False)
+    np.testing.assert_allclose(raw(np.array([[9.0, 0, 0]])), [[0.9, 0.0]], rtol=1e-6)  # raw
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
@@ -261,16 +261,20 @@ def test_the_policy_is_the_network_it_names(activation):
     rng = np.random.default_rng(0)
     space = gym.spaces.Box(-np.ones(3, np.float32), np.ones(3, np.float32))
     sizes = eo.layer_sizes(7, [16, 16], space, 0)
-    theta = rng.standard_normal(eo.n_params(sizes)).astype(np.float32)
+    thetas = [rng.standard_normal(eo.n_params(sizes)).astype(np.float32) for _ in range(2)]
     ob_mean, ob_std = rng.standard_normal(7), rng.uniform(0.5, 2.0, 7)
-    pi = eo.Policy(theta, sizes, activation, space, 0, ob_mean, ob_std)
+    pair = eo.Policy(thetas, sizes, activation, space, 0, ob_mean, ob_std)
+    alone = [eo.Policy([theta], sizes, activation, space, 0, ob_mean, ob_std) for theta in thetas]
     f = np.tanh if activation == "tanh" else (lambda z: np.maximum(z, 0.0))
     for _ in range(20):
-        ob = 4 * rng.standard_normal(7)  # often past the clip at +-5 once normalized
-        x = np.clip((ob - ob_mean) / ob_std, -5, 5)
-        (W1, b1), (W2, b2), (W3, b3) = eo.unflatten(theta, sizes)
-        y = f(f(x @ W1 + b1) @ W2 + b2) @ W3 + b3
-        np.testing.assert_allclose(pi(ob), np.clip(y, -1, 1), rtol=1e-5, atol=1e-6)
+        obs = 4 * rng.standard_normal((2, 7))  # often past the clip at +-5 once normalized
+        together = pair(obs)
+        for theta, pi, ob, a in zip(thetas, alone, obs, together):
+            np.testing.assert_array_equal(pi(ob[None])[0], a)  # a row does not see the other
+            x = np.clip((ob - ob_mean) / ob_std, -5, 5)
+            (W1, b1), (W2, b2), (W3, b3) = eo.unflatten(theta, sizes)
+            y = f(f(x @ W1 + b1) @ W2 + b2) @ W3 + b3
+            np.testing.assert_allclose(a, np.clip(y, -1, 1), rtol=1e-5, atol=1e-6)
 
 
 def test_elu_is_a_real_elu_and_lrelu_leaks():
@@ -287,7 +291,7 @@ def test_elu_is_a_real_elu_and_lrelu_leaks():
     "env_id, extra",
     [("CartPole-v1", {}), ("Pendulum-v1", {"ac_noise_std": 0.3}), ("Pendulum-v1", {"ac_bins": 5})],
 )
-def test_a_pair_job_is_its_two_episodes_drawn_from_its_stream_in_order(env_id, extra):
+def test_a_pair_job_is_its_two_episodes_and_the_same_stepped_with_others(env_id, extra):
     args = config(
         **{**TINY, "env": env_id, "sigma": 0.5, "calc_obstat_prob": 0.5, "eval_prob": 0.25, **extra}
     )
@@ -295,8 +299,14 @@ def test_a_pair_job_is_its_two_episodes_drawn_from_its_stream_in_order(env_id, e
     theta = eo.normc_init(args.sizes, np.random.default_rng(1))
     t = task(args, theta, 0.5)
     jobs = [("train", 3, k) for k in range(8)] + [("eval", 3, 0)]
-    results = [eo.run_job(eo.make_env(env_id), args, table, t, job) for job in jobs]
-    assert only_builtin_types(results)
+    together = eo.run_jobs([eo.make_env(env_id)], args, table, t, jobs)
+    assert only_builtin_types(together) and [k for k, _ in together] == [job[2] for job in jobs]
+    results = [r for _, r in together]
+    for job, result in zip(jobs, results):  # the same alone: --lockstep cannot change a run
+        ((_, alone),) = eo.run_jobs([eo.make_env(env_id)], args, table, t, [job])
+        assert result.keys() == alone.keys()
+        for name in result:
+            np.testing.assert_array_equal(result[name], alone[name])
     kinds = [r["kind"] for r in results]
     assert "noiseless" in kinds and kinds.count("pair") >= 4 and kinds[-1] == "eval"
     for (kind, _, k), r in zip(jobs, results):  # what the master predicts of each job
@@ -313,8 +323,8 @@ def test_a_pair_job_is_its_two_episodes_drawn_from_its_stream_in_order(env_id, e
         keep, eps = bool(rng.random() < args.calc_obstat_prob), table[idx : idx + theta.size]
         assert result["idx"] == idx and (result["ob_sum"] is not None) == keep
         for sign, R in zip((1.0, -1.0), result["returns"]):  # each episode of the pair alone
-            pi = policy(args, theta + sign * 0.5 * eps, t["ob_mean"], t["ob_std"])
-            episode = eo.rollout(eo.make_env(env_id), pi, env_seed)
+            pi = policy(args, [theta + sign * 0.5 * eps], t["ob_mean"], t["ob_std"])
+            (episode,) = eo.rollouts([eo.make_env(env_id)], pi, [env_seed])
             if not args.ac_noise_std:
                 assert episode[0] == R
 
@@ -327,22 +337,12 @@ def test_action_noise_is_for_the_population_episodes_only():
     _, table = eo.noise_table(100_000, 123, shared=False)
     t = task(args, eo.normc_init(args.sizes, np.random.default_rng(1)))
     jobs = [("train", 0, k) for k in range(8)] + [("eval", 0, 0)]
-    env = eo.make_env("Pendulum-v1")
+    env = [eo.make_env("Pendulum-v1")]
     for job in jobs:
-        r = eo.run_job(env, args, table, t, job)
-        q = eo.run_job(env, quiet, table, t, job)
+        ((_, r),) = eo.run_jobs(env, args, table, t, [job])
+        ((_, q),) = eo.run_jobs(env, quiet, table, t, [job])
         same = r["returns"] == q["returns"] if r["kind"] == "pair" else r == q
         assert same == (r["kind"] != "pair"), r  # evaluations, noiseless episodes: the same bits
-
-
-def test_action_noise_of_a_pair_comes_in_blocks_of_256_steps_side_by_side():
-    rng = np.random.default_rng(5)
-    noise = eo.ActionNoise(np.random.default_rng(5), 0.1, 2, 3)
-    first = 0.1 * rng.standard_normal((256, 2, 3))
-    second = 0.1 * rng.standard_normal((256, 2, 3))
-    np.testing.assert_array_equal(noise(0, 1), first[0, 1])  # step 0 of the - episode
-    np.testing.assert_array_equal(noise(300, 0), second[300 - 256, 0])  # the next block, drawn once
-    np.testing.assert_array_equal(noise(255, 0), first[255, 0])
 
 
 # ---------------------------------------------------------------- the noise table and the workers
@@ -426,7 +426,10 @@ class LastFirst:
 
 
 def test_a_generation_closes_at_the_shortest_finished_prefix(monkeypatch):
-    def pair(args, task, job, table=None):  # 10 steps an episode
+    def pairs(args, task, jobs, table=None):  # 10 steps an episode
+        return [pair(job) for job in jobs]
+
+    def pair(job):
         return job[2], dict(
             kind="pair",
             idx=0,
@@ -437,7 +440,7 @@ def test_a_generation_closes_at_the_shortest_finished_prefix(monkeypatch):
             ob_sumsq=None,
         )
 
-    monkeypatch.setattr(eo, "work", pair)
+    monkeypatch.setattr(eo, "work", pairs)
     args = config(**{**TINY, "workers": 2, "population": 4})
     executor = LastFirst()
     pool = eo.Workers(args, executor, None)
@@ -510,19 +513,21 @@ def test_a_master_killed_outright_leaves_no_noise_table_and_no_worker(tmp_path):
 # ---------------------------------------------------------------- a run
 
 
-def test_same_seed_gives_identical_results_with_any_worker_count(tmp_path):
+def test_same_seed_gives_identical_results_with_any_worker_count_and_lockstep(tmp_path):
     kw = dict(min_timesteps=200, eval_prob=0.2, calc_obstat_prob=0.5)
     one = run(tmp_path / "one", workers=1, **kw)
-    same = run(tmp_path / "two", workers=2, **kw)
-    for key in ("theta", "ob_sum", "opt_v", "env_steps", "episodes"):
-        np.testing.assert_array_equal(one[key], same[key])
+    for workers, lockstep in ((2, 4), (1, 1), (2, 3)):
+        same = run(tmp_path / f"{workers}-{lockstep}", workers=workers, lockstep=lockstep, **kw)
+        for key in ("theta", "ob_sum", "opt_v", "env_steps", "episodes"):
+            np.testing.assert_array_equal(one[key], same[key])
     assert not np.array_equal(one["theta"], run(tmp_path / "other", seed=1, **kw)["theta"])
 
 
 def test_bipedalwalker_runs_are_identical_with_any_worker_count(tmp_path):
     # With a plain env.reset, which episodes an environment played before changed the run.
     kw = dict(env="BipedalWalker-v3", population=8, episode_length=300, eval_every=3, seed=2)
-    one, two = run(tmp_path / "one", workers=1, **kw), run(tmp_path / "two", workers=2, **kw)
+    one = run(tmp_path / "one", workers=1, lockstep=1, **kw)
+    two = run(tmp_path / "two", workers=2, lockstep=3, **kw)
     np.testing.assert_array_equal(one["theta"], two["theta"])
     assert one["env_steps"] == two["env_steps"]
 
@@ -745,6 +750,7 @@ def test_save_every_zero_keeps_latest_and_no_snapshot(tmp_path):
         (["--env", "Pendulum-v1", "--hidden", "64,x"], "--hidden takes sizes like 64 or 64,64"),
         (["--env", "Pendulum-v1", "--hidden", "0"], "--hidden takes sizes"),
         (["--env", "Pendulum-v1", "--workers", "0"], "--workers: must be >= 1"),
+        (["--env", "Pendulum-v1", "--lockstep", "0"], "--lockstep: must be >= 1"),
         (["--env", "Pendulum-v1", "--population", "1"], "--population: must be >= 2"),
         (["--env", "Pendulum-v1", "--fitness", "best"], "invalid choice"),
         (["--env", "Pendulum-v1", "--target-return", "nan"], "--target-return: must be in"),

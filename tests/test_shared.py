@@ -130,7 +130,7 @@ def test_the_helpers_copied_between_scripts_are_identical():
     for name in ("HelpFormatter", "on_stop", "exit_after", "write_file", "gif"):
         copies[name] = every
     copies.update(centered_ranks=(es_basic, es_openai))
-    for name in ("parse", "lock", "init_worker", "make_env", "env_of", "reset_env", "read_config"):
+    for name in ("parse", "lock", "init_worker", "make_env", "reset_env", "read_config"):
         copies[name] = (ars, es_openai)
     for name in ("mujoco_warning", "quiet_mujoco", "start_ray", "RayExecutor", "plot"):
         copies[name] = (ars, es_openai)

@@ -9,8 +9,7 @@ with 2 workers, the bare loop split over 2 processes, a bare loop with random ac
 the 1-worker training again with the bare loop running beside it on the other core (paired).
 Training rates leave out the first generation, which also creates each worker's environments.
 Prints the rates of each repetition, their medians, and the best of the repetitions generation
-by generation; last, the per-step cost of the policy and of env.step as the workers measured
-them. Every timed run becomes a row of docs/results/throughput.csv.
+by generation. Every timed run becomes a row of docs/results/throughput.csv.
 How and why: docs/bench/replay.py.
 """
 
@@ -23,9 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import numpy as np  # noqa: E402
 from replay import measure  # noqa: E402
-from results_csv import THROUGHPUT, append, machine  # noqa: E402
 
 import es_openai as eo  # noqa: E402
 
@@ -33,7 +30,7 @@ import es_openai as eo  # noqa: E402
 def es_args(env_id: str, workers: int, iterations: int, population: int, extra: list, out: str):
     """es_openai.py's settings for a timed training (no evaluation), checked as the script would."""
     return eo.configure(
-        eo.build_parser().parse_args(
+        eo.parse(
             [
                 "--env",
                 env_id,
@@ -57,27 +54,19 @@ def es_args(env_id: str, workers: int, iterations: int, population: int, extra: 
     )
 
 
-def es_training(env_id: str, workers: int, iterations: int, population: int, extra: list) -> tuple:
+def es_training(env_id: str, workers: int, iterations: int, population: int) -> list:
     """Per generation of es_openai.py: (training episodes, env steps, seconds: rollouts and
-    update, evaluation excluded); and the workers' mean per-step policy and env.step times in
-    microseconds over the generations after the first."""
+    update, evaluation excluded)."""
     with tempfile.TemporaryDirectory() as out:
-        args = es_args(env_id, workers, iterations, population, extra, out)
+        args = es_args(env_id, workers, iterations, population, [], out)
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             eo.train(args)
         with open(os.path.join(out, os.listdir(out)[0], "progress.csv")) as f:
             rows = list(csv.DictReader(f))
-    gens = [
+    return [
         (int(r["episodes_this_gen"]), int(r["timesteps_this_gen"]), float(r["time_gen_s"]))
         for r in rows
     ]
-    policy = np.mean(
-        [float(r["time_policy_us_mean"]) for r in rows[1:]]
-    )  # the first generation also
-    env = np.mean(
-        [float(r["time_env_us_mean"]) for r in rows[1:]]
-    )  # creates each worker's environments
-    return gens, policy, env
 
 
 def main():
@@ -91,62 +80,22 @@ def main():
     p.add_argument("--iterations", type=int, default=6)
     p.add_argument("--population", type=int, default=40)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument(
-        "--lockstep", type=int, help="es_openai.py's --lockstep (default: its own default)"
-    )
     a = p.parse_args()
     if a.iterations < 2 or a.repeats < 1:
         p.error("--iterations must be at least 2 (the first is left out), --repeats at least 1")
     err = io.StringIO()
-    try:  # es_openai.py's own refusals (the environment, --population, --lockstep), before timing
+    try:  # es_openai.py's own refusals (the environment, --population), before timing
         with contextlib.redirect_stderr(err):
-            es_args(
-                a.env,
-                1,
-                a.iterations,
-                a.population,
-                [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
-                "unused",
-            )  # nothing is written: the --out-dir is never made
+            es_args(a.env, 1, a.iterations, a.population, [], "unused")  # the folder is never made
     except SystemExit:
         p.error(err.getvalue().strip().split("error: ", 1)[-1].removesuffix(" (see --help)"))
-    with contextlib.suppress(
-        ImportError
-    ):  # MuJoCo's settotalmass warning, in every forked process too
+    with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every worker too
         __import__("mujoco").set_mju_user_warning(lambda message: None)
-    costs = []
 
     def training(workers: int) -> list:
-        gens, policy_us, env_us = es_training(
-            a.env,
-            workers,
-            a.iterations,
-            a.population,
-            [] if a.lockstep is None else ["--lockstep", str(a.lockstep)],
-        )
-        if workers == 1:
-            rate = sum(n for _, n, _ in gens[1:]) / sum(t for _, _, t in gens[1:])
-            costs.append((policy_us, env_us, env_us / (1e6 / rate)))
-        return gens
+        return es_training(a.env, workers, a.iterations, a.population)
 
     measure(eo, "es_openai.py", a.env, training, a.repeats, random_episodes=a.population)
-    policy_us, env_us, share = np.median(
-        np.array(costs[1::2]), axis=0
-    )  # not the recording run, nor the paired
-    here = dict(machine(), bench="es_openai_throughput.py", env=a.env, workers=1, unit="us/step")
-    append(
-        "throughput.csv",
-        [
-            dict(here, run=f"es_openai.py's {part}, per step", repetition=r + 1, value=round(v, 2))
-            for r, (policy, env, _) in enumerate(costs[1::2])  # the runs without the loop beside
-            for part, v in (("policy", policy), ("env.step", env))
-        ],
-        THROUGHPUT,
-    )
-    print(
-        f"\nper step, 1 worker (medians): policy {policy_us:.1f} us, env.step {env_us:.1f} us "
-        f"(env.step is {share:.0%} of the worker's time)"
-    )
 
 
 if __name__ == "__main__":
