@@ -446,15 +446,19 @@ def run_jobs(pool, args, params: tuple, jobs: list) -> list:
     try:
         futures = [pool.submit(job, args, params, kind, k) for kind, k in jobs]
         return [future.result() for future in futures]
-    except (BrokenExecutor, EOFError, OSError):
+    except Exception as e:  # a worker died, or a rollout failed: one line, never a hang
+        raise worker_died(e) from None
+
+
+def worker_died(e: Exception) -> WorkerDied:  # what a worker's failure says, in one line
+    if isinstance(e, (BrokenExecutor, EOFError, OSError)):
         # A worker, or the forkserver, died. The others end now: a pool that breaks while it is
         # still starting workers can miss one, and then wait for it forever.
         for worker in multiprocessing.active_children():
             worker.terminate()
-        raise WorkerDied("a worker process died") from None
-    except Exception as e:  # raised in a worker: the environment failed, or Ray lost a worker
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}") from None
+        return WorkerDied("a worker process died")
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else ""  # raised in a worker,
+    return WorkerDied(f"a rollout failed: {type(e).__name__}: {reason}")  # or Ray lost one
 
 
 def make_pool(args):  # the workers: processes started at the first job, or Ray's

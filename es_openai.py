@@ -26,6 +26,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import shlex
+import shutil
 import socket
 import sys
 import threading
@@ -858,11 +859,9 @@ COLUMNS = (
 ).split()
 
 
-def available_memory() -> float:  # bytes, from /proc/meminfo (Linux); elsewhere inf
-    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+def table_room() -> float:  # bytes free where shared memory lives (Linux: /dev/shm); else inf
+    with contextlib.suppress(OSError):  # a container's /dev/shm may hold 64 MB only
+        return shutil.disk_usage("/dev/shm").free
     return math.inf
 
 
@@ -875,8 +874,8 @@ class Run:
         table_size = f"{4 * args.noise_size / 2**30:.2f} GiB"
         too_small = f"--noise-size {args.noise_size} is smaller than the policy's {theta.size}"
         check(args.noise_size >= theta.size, f"{too_small} parameters")
-        free = available_memory()
-        needs = f"the noise table needs {table_size}, and {free / 2**30:.2f} GiB are free"
+        free = table_room()
+        needs = f"the noise table needs {table_size}, and /dev/shm has {free / 2**30:.2f} GiB free"
         check(4 * args.noise_size < free, f"{needs}: lower --noise-size")
         self.args = args
         n = args.sizes[0]

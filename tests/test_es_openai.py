@@ -1,7 +1,6 @@
 """Tests of es_openai.py: the math by hand, the policy, the noise table and the workers, a run's
 behaviour, every option combination, the command line and every bad input."""
 
-import contextlib
 import glob
 import itertools
 import json
@@ -15,7 +14,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import POSIX_ONLY, left_in_session, only_builtin_types, refused
+from conftest import POSIX_ONLY, only_builtin_types, refused
 
 import es_openai as eo
 
@@ -467,47 +466,6 @@ def test_a_finished_run_leaves_no_noise_table_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(eo, "noise_table", recorded)
     run(tmp_path, workers=2, iterations=1)
     assert len(made) == 1 and made[0] not in tables()
-
-
-@POSIX_ONLY
-def test_a_master_killed_outright_leaves_no_noise_table_and_no_worker(tmp_path):
-    if not os.path.isdir("/dev/shm"):
-        pytest.skip("no /dev/shm on this system")
-    before = tables()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            os.path.join(ROOT, "es_openai.py"),
-            "--env",
-            "CartPole-v1",
-            "--iterations",
-            "100000",
-            "--workers",
-            "2",
-            "--out-dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        for line in proc.stdout:
-            if line.startswith("gen "):
-                break
-        assert tables() - before  # the run's table
-        proc.kill()
-        proc.wait()
-        for _ in range(50):
-            left = tables() - before
-            if not left and not left_in_session(proc.pid):
-                break
-            time.sleep(0.2)
-        assert not left and left_in_session(proc.pid) == ""
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- a run

@@ -132,7 +132,14 @@ def test_the_helpers_copied_between_scripts_are_identical():
     copies.update(centered_ranks=(es_basic, es_openai))
     for name in ("parse", "lock", "init_worker", "make_env", "reset_env", "read_config"):
         copies[name] = (ars, es_openai)
-    for name in ("mujoco_warning", "quiet_mujoco", "start_ray", "RayExecutor", "plot"):
+    for name in (
+        "mujoco_warning",
+        "quiet_mujoco",
+        "start_ray",
+        "RayExecutor",
+        "plot",
+        "worker_died",
+    ):
         copies[name] = (ars, es_openai)
     for name, modules in copies.items():
         sources = {inspect.getsource(getattr(module, name)) for module in modules}
@@ -481,15 +488,22 @@ def training(script, tmp_path, **popen):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_workers_end_when_their_master_is_killed(script, tmp_path):
     """kill -9 gives the master no chance to stop its workers: they must notice and end (and with
-    them the forkserver and the resource tracker, where the start method has them)."""
+    them the forkserver and the resource tracker, where the start method has them). es_openai.py's
+    noise table goes too: the resource tracker unlinks it (Linux: /dev/shm/psm_*)."""
+    before = set(glob.glob("/dev/shm/psm_*"))
     with training(script, tmp_path, stderr=subprocess.DEVNULL) as proc:
         assert len(workers_in(proc.pid)) >= 2
+        mine = set(glob.glob("/dev/shm/psm_*")) - before  # the run's table (others' come and go)
+        assert mine or script != "es_openai.py" or not os.path.isdir("/dev/shm")
         proc.kill()
         proc.wait()
         deadline = time.time() + 15
         while time.time() < deadline and left_in_session(proc.pid):
             time.sleep(0.2)
         assert left_in_session(proc.pid) == ""
+        while time.time() < deadline and mine & set(glob.glob("/dev/shm/psm_*")):
+            time.sleep(0.2)
+        assert not mine & set(glob.glob("/dev/shm/psm_*"))
 
 
 @POSIX_ONLY
