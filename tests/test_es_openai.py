@@ -383,15 +383,16 @@ def test_results_of_an_older_call_are_dropped_and_counted():
     args = config(**{**TINY, "workers": 2})
     pool, block = workers(args)
     t = task(args, np.zeros(eo.n_params(args.sizes), np.float32))
-    try:  # a pair of CartPole has >= 16 steps: the call closes at job 0, job 1 is out too
+    try:  # a pair of CartPole has >= 16 steps: the call closes at job 0, job 1 (at least) is out
         first, closed = pool.run(t, "train", 0, 2, min_steps=15)
-        assert closed == 1 and len(pool.running) + len(first) == 2
-        for key in range(1, 100):  # job 1 comes back during a later call: dropped
+        handed = len(pool.running) + len(first)  # jobs still running, and those back in time
+        assert closed == 1 and handed >= 2
+        for key in range(1, 100):  # the ones still running come back during later calls: dropped
             results, _ = pool.run(t, "eval", key, 1)
             assert list(results) == [0] and results[0]["kind"] == "eval"  # only the new call's
             if not pool.running:
                 break
-        assert len(first) + pool.stale == 2 and not pool.running
+        assert len(first) + pool.stale == handed and not pool.running
     finally:
         close(pool, block)
 
