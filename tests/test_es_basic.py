@@ -21,6 +21,7 @@ from conftest import (
     ROOT,
     START_METHODS,
     left_in_session,
+    processes_in,
     refused,
     with_start_method,
     workers_in,
@@ -547,7 +548,10 @@ def test_a_ctrl_c_while_the_run_starts_ends_it(tmp_path, method, delay):
         with ended(long_run(tmp_path / str(attempt), method, at=0)) as proc:
             time.sleep(0.15 + delay * attempt)
             os.killpg(proc.pid, signal.SIGINT)
-            _, err = proc.communicate(timeout=30)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:  # a hang: which processes are left, in what state
+                pytest.fail(f"no end after a Ctrl-C at attempt {attempt}: {processes_in(proc.pid)}")
             time.sleep(0.5)
             assert left_in_session(proc.pid) == ""
         assert proc.returncode == 130, err
