@@ -11,17 +11,8 @@ Complete the five parts marked "YOUR CODE HERE", in order. After each one, run t
     python nes_exercise.py --ray        # the same code on Ray (pip install ray)
 """
 
-import argparse
-import ctypes
-import importlib.util
-import math
-import multiprocessing as mp
 import os
-import signal
-import socket
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import gymnasium as gym  # noqa: E402
@@ -157,131 +148,16 @@ def train(
     # END OF YOUR CODE
 
 
-# ---- Given: running the parts (nothing to change below; the checker is tests/nes_checker.py) ----
-class RayExecutor:
-    """executor.submit(fn, *args) -> future, on Ray: a task Ray reruns if its worker dies (the
-    pair's seed names all its randomness: the same result). error(message): one line, exit 2."""
-
-    def __init__(self, address=None, error=sys.exit):
-        try:
-            import ray
-        except ImportError:
-            error("--ray needs Ray: pip install ray")
-        host, _, port = (address or "").removeprefix("ray://").rpartition(":")
-        try:  # Ray itself would retry an address that does not answer for minutes
-            if host and port.isdigit():
-                socket.create_connection((host, int(port)), timeout=10).close()
-            if not ray.is_initialized():
-                ray.init(address=address, log_to_driver=False, include_dashboard=False)
-        except Exception as e:
-            why = (str(e).strip() or type(e).__name__).splitlines()[0]
-            error(f"no Ray cluster answers at {address} ({why})")
-        self.ray, self.remote = ray, {}
-
-    def submit(self, fn, *args):
-        if fn not in self.remote:  # the functions of imported files go to the workers by value
-            for name in {fn.__module__, __name__} - {"__main__"}:
-                self.ray.cloudpickle.register_pickle_by_value(sys.modules[name])
-            self.remote[fn] = self.ray.remote(max_retries=3)(fn)
-        return self.remote[fn].remote(*args).future()
-
-    def shutdown(self, wait=True, cancel_futures=False):
-        pass
-
-
-def checker():
-    """tests/nes_checker.py, the checker of the five parts."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "nes_checker.py")
-    if not os.path.exists(path):
-        sys.exit(f"nes_exercise.py: error: the checker {path} is missing (see the repository)")
-    spec = importlib.util.spec_from_file_location("nes_checker", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def positive(kind, zero=False):  # an argparse type: a finite number above 0 (or 0 if zero)
-    def number(text: str):
-        value = kind(text)
-        if not (value >= 0 if zero else value > 0) or value == math.inf:
-            sign = ">=" if zero else ">"
-            raise argparse.ArgumentTypeError(f"must be finite, {sign} 0; got {text}")
-        return value
-
-    number.__name__ = kind.__name__  # argparse's "invalid int value" names it
-    return number
-
-
-def init_worker():  # a worker process: Ctrl-C is the master's; it ends with the master (Linux)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with a mistake in one line: 'nes_exercise.py: error: ... (see --help)', exit 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def build_parser() -> Parser:
-    description = "NES class exercise: complete the parts, --check them, then train."
-    p = Parser(prog="nes_exercise.py", description=description)
-    a = p.add_argument
-    a("--check", action="store_true", help="check the parts, say what to do next")
-    a("--env", default="CartPole-v1", help="gymnasium environment id (default CartPole-v1)")
-    a("--iterations", type=positive(int), default=100, help="updates of the mean, at most (100)")
-    a("--pairs", type=positive(int), default=20, help="n, mirrored pairs an iteration (20)")
-    a("--sigma", type=positive(float), default=0.1, help="σ, std of the noise (0.1)")
-    a("--alpha", type=positive(float), default=0.1, help="α, step size (0.1)")
-    a("--target-return", type=float, default=475.0, help="stop at this mean return (475)")
-    a("--seed", type=positive(int, zero=True), default=0, help="seeds the pairs (0)")
-    a("--workers", type=positive(int), default=os.cpu_count(), help="processes (all cores)")
-    a("--ray", action="store_true", help="evaluate the pairs on Ray (pip install ray)")
-    a("--ray-address", help="with --ray: an existing cluster, e.g. 127.0.0.1:6379")
-    return p
-
-
+# ---- plumbing: the command line and the workers, in tests/nes_runner.py (nothing to change) ----
 def main(argv=None):
-    p = build_parser()
-    args = p.parse_args(argv)
-    me = sys.modules[__name__]
-    if args.check:
-        sys.exit(0 if checker().check(me) else 1)
-    if not checker().check(me, out=lambda line: None):
-        p.error("some parts are not done yet; run: python nes_exercise.py --check")
+    """--check: the checker's verdict on each part; without it, the training of the five parts."""
+    sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests"))
     try:
-        space = gym.make(args.env).observation_space
-    except (gym.error.Error, ImportError) as e:  # unknown, retired, or missing an extra
-        p.error(str(e))
-    if len(space.shape or ()) != 1:
-        p.error(f"{args.env}: the network takes a flat vector of observations, not {space}")
-    ray = args.ray or args.ray_address  # an address says where Ray is: it means --ray
-    if ray:
-        executor = RayExecutor(args.ray_address, p.error)
-    else:
-        executor = ProcessPoolExecutor(args.workers, initializer=init_worker)
-    t0 = time.time()
-    hyper = dict(iterations=args.iterations, n_pairs=args.pairs, sigma=args.sigma, alpha=args.alpha)
-    mu = train(args.env, executor, **hyper, seed=args.seed, target=args.target_return)
-    executor.shutdown()
-    if not all(np.isfinite(mu[k]).all() for k in KEYS):
-        p.exit(1, "nes_exercise.py: error: the mean became NaN or inf: alpha / sigma too large\n")
-    returns = evaluate_mean(mu, args.env, 100)
-    took = f"({time.time() - t0:.0f} s)"
-    print(f"mean policy: {returns.mean():.1f} +- {returns.std():.1f} over 100 episodes {took}")
-    return mu, returns
-
-
-def stop(signum, frame):  # Ctrl-C or SIGTERM: the workers end at once, mid-episode, then the run
-    for proc in mp.active_children():
-        proc.kill()
-    print("nes_exercise.py: interrupted", file=sys.stderr, flush=True)
-    os._exit(130)  # not sys.exit, which would wait for the pool's threads
+        import nes_runner
+    except ModuleNotFoundError as e:  # a copy of this file without its tests/ folder
+        sys.exit(f"nes_exercise.py: error: tests/{e.name}.py is missing (see the repository)")
+    return nes_runner.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, stop)  # also in a job started with '&' (SIGINT starts ignored)
-    signal.signal(signal.SIGTERM, stop)
     main()

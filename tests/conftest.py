@@ -53,27 +53,13 @@ def pytest_configure(config):
 POSIX_ONLY = pytest.mark.skipif(
     sys.platform == "win32", reason="sends POSIX signals and reads processes with pgrep and ps"
 )
-NOT_YET_ON_WINDOWS = ("nes_exercise.py",)  # it needs fork and sigmask
-
-
-def not_yet_on_windows(item) -> bool:
-    """A test of a script that does not run on Windows yet (its module, or its script parameter)."""
-    module = item.path.name.removeprefix("test_").replace(".py", "") + ".py"
-    params = getattr(item, "callspec", None)
-    script = params.params.get("script") if params else None
-    return module in NOT_YET_ON_WINDOWS or module == "ray.py" or script in NOT_YET_ON_WINDOWS
 
 
 def pytest_collection_modifyitems(config, items):
     """The Ray tests run last. Ray leaves threads behind in this process once started, even after
     ray.shutdown(), and on Python 3.13 a process forked after that crashes in Ray's code (a
     SIGSEGV in GcsClient's destructor) as soon as it collects garbage: every test that forks local
-    workers must run before Ray is started (tests/test_ray.py starts it once, for all its tests).
-    On Windows, the tests of the scripts that do not run there yet are skipped."""
-    if sys.platform == "win32":
-        for item in items:
-            if not_yet_on_windows(item):
-                item.add_marker(pytest.mark.skip(reason="the script does not run on Windows yet"))
+    workers must run before Ray is started (tests/test_ray.py starts it once, for all its tests)."""
     items.sort(
         key=lambda item: item.path.name == "test_ray.py"
     )  # stable: the order is kept otherwise

@@ -25,10 +25,10 @@ COLUMNS = (
 
 def defaults() -> dict:
     """The exercise's defaults, from its --help."""
-    sys.path.insert(0, ROOT)
-    import nes_exercise
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import nes_runner
 
-    p = nes_exercise.build_parser()
+    p = nes_runner.build_parser()
     return {key: p.get_default(key) for key in ("iterations", "pairs", "sigma", "alpha", "workers")}
 
 
