@@ -125,6 +125,8 @@ def test_the_helpers_copied_between_scripts_are_identical():
     """Each script reads alone, so the few helpers they share are copies, kept equal here."""
     import inspect
 
+    import nes_runner
+
     every = (es_basic, ars, es_openai)
     copies = dict.fromkeys(["stream", "Parser", "check", "at_least"], every)
     for name in ("HelpFormatter", "on_stop", "exit_after", "write_file", "gif"):
@@ -141,9 +143,12 @@ def test_the_helpers_copied_between_scripts_are_identical():
         "worker_died",
     ):
         copies[name] = (ars, es_openai)
+    for name in ("on_stop", "exit_after"):  # and the exercise's runner
+        copies[name] += (nes_runner,)
     for name, modules in copies.items():
         sources = {inspect.getsource(getattr(module, name)) for module in modules}
         assert len(sources) == 1, name
+    assert inspect.getsource(es_basic.init_worker) == inspect.getsource(nes_runner.init_worker)
     assert ars.COLUMNS[:11] == es_openai.COLUMNS[:11] == es_basic.COLUMNS[:11]
     assert ars.STOP is not es_basic.STOP  # each script's own flag
 
