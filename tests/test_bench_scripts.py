@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from conftest import ROOT
 
@@ -54,3 +55,47 @@ def test_es_openai_memory_help_prints_and_runs_nothing(tmp_path):
         and out.stderr == ""
     )
     assert time.time() - t0 < 10  # no es_openai.py run, no 1 GB table
+
+
+def test_plot_runs_draws_a_setting_as_its_seeds_mean_and_range(tmp_path, capsys):
+    """Three seeds of one setting and one run of another: two curves; the first is the mean of its
+    seeds' return_mean, interpolated at every step any of them logged, up to the shortest run."""
+    sys.path.insert(0, BENCH)
+    try:
+        import plot_runs
+    finally:
+        sys.path.pop(0)
+    import es_basic
+
+    def run(*argv):
+        es_basic.main(["--iterations", "3", "--out-dir", str(tmp_path / "runs"), *argv])
+        return max((tmp_path / "runs").iterdir(), key=os.path.getmtime)
+
+    time.sleep(1)  # run directories are named by the second
+    dirs = []
+    for seed in ("0", "1", "2"):
+        dirs.append(run("--seed", seed))
+        time.sleep(1)
+    other = run("--sigma", "0.05")
+    runs = [plot_runs.read_run(str(d), "return_mean") for d in [*dirs, other]]
+    (setting, seeds, steps, mean, low, high), second = plot_runs.curves(runs)
+    assert seeds == 3 and second[1] == 1 and second[0]["sigma"] == 0.05 != setting["sigma"]
+    own = [plot_runs.read_run(str(d), "return_mean")[1:] for d in dirs]
+    assert steps[-1] == min(s[-1] for s, _ in own)
+    at = [np.interp(steps, s, v) for s, v in own]
+    np.testing.assert_allclose(mean, np.mean(at, 0))
+    np.testing.assert_allclose(low, np.min(at, 0))
+    assert (high >= mean).all() and (high > low).any()
+    assert (
+        plot_runs.label(second[0], [setting, second[0]]) == "es_basic.py CartPole-v1 --sigma 0.05"
+    )
+    png = tmp_path / "runs.png"
+    plot_runs.main([*map(str, [*dirs, other]), "-o", str(png)])
+    assert png.read_bytes()[:4] == b"\x89PNG" and "2 curves from 4 runs" in capsys.readouterr().out
+    out = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "plot_runs.py"), str(dirs[0]), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and out.stderr.startswith("plot_runs.py: error: cannot read the run")

@@ -1,0 +1,106 @@
+"""Learning curves of several runs in one figure, over environment steps. Runs of one setting (the
+same options but the seed) draw one curve, the mean over their seeds with the range around it,
+up to the steps where every seed still has a row; runs of different settings draw one curve each,
+labelled by the options in which the settings differ.
+
+    python docs/bench/plot_runs.py runs/CartPole-v1__es_basic__* -o cartpole.png
+    python docs/bench/plot_runs.py RUN_DIR... --column eval_return_mean --title "LunarLander-v3"
+"""
+
+import argparse
+import csv
+import json
+import os
+import sys
+
+import numpy as np
+
+# Options that do not change a run's numbers, or only where it stops: one setting across them.
+NOT_SETTING = {"seed", "command", "out_dir", "workers", "ray", "ray_address", "resume", "play"}
+NOT_SETTING |= {"video", "video_every", "save_every", "iterations", "target_return"}
+NOT_SETTING |= {"python", "numpy", "gymnasium", "mujoco"}
+
+
+def fail(message: str):  # a mistake on the command line: one line, exit status 2
+    print(f"plot_runs.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read_run(run_dir: str, column: str) -> tuple:
+    """(its setting as a dict, env_steps, the column), the rows where the column has a value."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            config = json.load(f)
+        with open(os.path.join(run_dir, "progress.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+        steps = np.array([float(row["env_steps"]) for row in rows])
+        values = np.array([float(row[column] or "nan") for row in rows])
+    except (OSError, ValueError, KeyError) as e:  # not a run directory, or not this column
+        fail(f"cannot read the run {run_dir} ({type(e).__name__}: {e})")
+    setting = {key: value for key, value in config.items() if key not in NOT_SETTING}
+    ok = ~np.isnan(values)
+    return setting, steps[ok], values[ok]
+
+
+def curves(runs: list) -> list:
+    """[(setting, seeds, steps, mean, low, high)]: one per setting, in the order first seen."""
+    settings = []
+    for setting, steps, values in runs:
+        if setting not in [s for s, _ in settings]:
+            settings.append((setting, []))
+        next(group for s, group in settings if s == setting).append((steps, values))
+    out = []
+    for setting, group in settings:
+        end = min(steps[-1] for steps, _ in group if len(steps))  # every seed has its rows to here
+        grid = np.unique(np.concatenate([steps[steps <= end] for steps, _ in group]))
+        values = np.array([np.interp(grid, steps, v) for steps, v in group])  # (seeds, steps)
+        out.append((setting, len(group), grid, values.mean(0), values.min(0), values.max(0)))
+    return out
+
+
+def label(setting: dict, settings: list) -> str:  # the script, env and the options that differ
+    differ = [k for k in setting if len({json.dumps(s.get(k)) for s in settings}) > 1]
+    options = []
+    for key in differ:
+        flag, value = "--" + key.replace("_", "-"), setting[key]
+        if key not in ("script", "env"):
+            options.append(
+                flag
+                if value is True
+                else f"--no-{flag[2:]}"
+                if value is False
+                else f"{flag} {value}"
+            )
+    return " ".join([setting.get("script", "?"), setting.get("env", "?"), *options])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of any script")
+    p.add_argument("-o", "--out", default="runs.png", help="the PNG to write (default runs.png)")
+    p.add_argument("--column", default="return_mean", help="of progress.csv (default return_mean)")
+    p.add_argument("--title", default="", help="the figure's title")
+    a = p.parse_args(argv)
+    runs = [read_run(run_dir, a.column) for run_dir in a.runs]
+    if not all(len(steps) for _, steps, _ in runs):
+        fail(f"a run has no row with a {a.column}")
+
+    from matplotlib.figure import Figure
+
+    fig = Figure((7, 4.5))
+    ax = fig.subplots(gridspec_kw=dict(left=0.11, right=0.97, bottom=0.12, top=0.92))
+    drawn = curves(runs)
+    for setting, seeds, steps, mean, low, high in drawn:
+        text = label(setting, [s for s, *_ in drawn]) + (f" ({seeds} seeds)" if seeds > 1 else "")
+        (line,) = ax.plot(steps, mean, label=text)
+        if seeds > 1:
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+    ax.set(xlabel="environment steps", ylabel=a.column, title=a.title)
+    ax.legend(loc="best", fontsize=8)
+    fig.savefig(a.out + ".tmp.png", dpi=90)
+    os.replace(a.out + ".tmp.png", a.out)
+    print(f"{a.out}: {len(drawn)} curves from {len(runs)} runs")
+
+
+if __name__ == "__main__":
+    main()
