@@ -1,7 +1,7 @@
 """Learning curves of several runs in one figure, over environment steps. Runs of one setting (the
-same options but the seed) draw one curve, the mean over their seeds with the range around it,
-up to the steps where every seed still has a row; runs of different settings draw one curve each,
-labelled by the options in which the settings differ.
+same options but the seed) draw one curve, the mean over their seeds with the range around it (a
+run that ended sooner, at its target, keeps its last value); runs of different settings draw one
+curve each, labelled by the options in which they differ; each environment has a panel of its own.
 
     python docs/bench/plot_runs.py runs/CartPole-v1__es_basic__* -o cartpole.png
     python docs/bench/plot_runs.py RUN_DIR... --column eval_return_mean --title "LunarLander-v3"
@@ -18,7 +18,7 @@ import numpy as np
 # Options that do not change a run's numbers, or only where it stops: one setting across them.
 NOT_SETTING = {"seed", "command", "out_dir", "workers", "ray", "ray_address", "resume", "play"}
 NOT_SETTING |= {"video", "video_every", "save_every", "iterations", "target_return"}
-NOT_SETTING |= {"python", "numpy", "gymnasium", "mujoco"}
+NOT_SETTING |= {"python", "numpy", "gymnasium", "mujoco", "versions", "run_dir"}
 
 
 def fail(message: str):  # a mistake on the command line: one line, exit status 2
@@ -51,19 +51,20 @@ def curves(runs: list) -> list:
         next(group for s, group in settings if s == setting).append((steps, values))
     out = []
     for setting, group in settings:
-        end = min(steps[-1] for steps, _ in group if len(steps))  # every seed has its rows to here
-        grid = np.unique(np.concatenate([steps[steps <= end] for steps, _ in group]))
+        grid = np.unique(np.concatenate([steps for steps, _ in group]))
         values = np.array([np.interp(grid, steps, v) for steps, v in group])  # (seeds, steps)
+        # np.interp holds a run's last value past its end: a run that reached its target stays there
         out.append((setting, len(group), grid, values.mean(0), values.min(0), values.max(0)))
     return out
 
 
-def label(setting: dict, settings: list) -> str:  # the script, env and the options that differ
-    differ = [k for k in setting if len({json.dumps(s.get(k)) for s in settings}) > 1]
+def label(setting: dict, settings: list) -> str:  # the script and the options that differ
+    same = [s for s in settings if s.get("env") == setting.get("env")]
+    differ = [k for k in setting if len({json.dumps(s.get(k)) for s in same}) > 1]
     options = []
     for key in differ:
         flag, value = "--" + key.replace("_", "-"), setting[key]
-        if key not in ("script", "env"):
+        if key != "script":
             options.append(
                 flag
                 if value is True
@@ -71,7 +72,7 @@ def label(setting: dict, settings: list) -> str:  # the script, env and the opti
                 if value is False
                 else f"{flag} {value}"
             )
-    return " ".join([setting.get("script", "?"), setting.get("env", "?"), *options])
+    return " ".join([setting.get("script", "?"), *options])
 
 
 def main(argv=None):
@@ -87,16 +88,21 @@ def main(argv=None):
 
     from matplotlib.figure import Figure
 
-    fig = Figure((7, 4.5))
-    ax = fig.subplots(gridspec_kw=dict(left=0.11, right=0.97, bottom=0.12, top=0.92))
     drawn = curves(runs)
+    envs = list(dict.fromkeys(setting.get("env") for setting, *_ in drawn))  # a panel each
+    fig = Figure((7, 1 + 3.5 * len(envs)))
+    axes = fig.subplots(len(envs), squeeze=False)[:, 0]
     for setting, seeds, steps, mean, low, high in drawn:
+        ax = axes[envs.index(setting.get("env"))]
         text = label(setting, [s for s, *_ in drawn]) + (f" ({seeds} seeds)" if seeds > 1 else "")
         (line,) = ax.plot(steps, mean, label=text)
         if seeds > 1:
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
-    ax.set(xlabel="environment steps", ylabel=a.column, title=a.title)
-    ax.legend(loc="best", fontsize=8)
+    for env, ax in zip(envs, axes):
+        ax.set(ylabel=a.column, title=" ".join(filter(None, [a.title, env])))
+        ax.legend(loc="best", fontsize=8)
+    axes[-1].set(xlabel="environment steps")
+    fig.tight_layout()
     fig.savefig(a.out + ".tmp.png", dpi=90)
     os.replace(a.out + ".tmp.png", a.out)
     print(f"{a.out}: {len(drawn)} curves from {len(runs)} runs")
