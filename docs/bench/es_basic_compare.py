@@ -1,9 +1,9 @@
 """es_basic.py's options against its default (mirrored sampling, centered ranks): plain sampling,
 raw returns, or both, with the preset otherwise, on seeds 0, 1, 2; one row per run appended to
-docs/results/es_basic_solves.csv (the default's own rows come from es_basic_solves.sh).
+docs/results/es_basic_solves.csv and its curve to docs/results/curves/ (the default's own
+rows come from es_basic_solves.sh).
 
     python docs/bench/es_basic_compare.py --env CartPole-v1
-    python docs/bench/plot_results.py                            # then the figure
 
 Prints, per variant and seed, the training episodes to the target (or "not reached") and the best
 evaluation.
@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from results_csv import COLUMNS, append, appended, family  # noqa: E402
+from results_csv import COLUMNS, append, appended, family, keep_curve  # noqa: E402
 
 import es_basic as es  # noqa: E402
 
@@ -55,6 +55,7 @@ def main():
                 run_dir = es.train(es.configure(es.build_parser().parse_args(argv)))["run_dir"]
             r = appended(run_dir, variant)
             append(family(r), [r], COLUMNS)
+            keep_curve(run_dir)
             print(
                 f"| {variant} | {seed} | {r['reached_episodes'] or 'not reached'} "
                 f"| {r['best_eval']} |",

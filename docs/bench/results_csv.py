@@ -1,13 +1,10 @@
 """One CSV row per benchmark run: what ran (script, env, seed, the flags that differ from the
 preset, processor, start, commit) and what it reached (its target: the first evaluation at it, or
 with --confirm-episodes the first confirmation; the best evaluation; the --play return; the totals).
+The run's learning curve goes to docs/results/curves/<run>/ (config.json and four columns of
+progress.csv), which docs/bench/plot_runs.py draws.
 
     python docs/bench/results_csv.py --append RUN_DIR ... [--variant V]  # rows to docs/results/
-    git worktree add ../record 015dbc7  # the run directories of the older rows, then:
-    python docs/bench/results_csv.py --results ../record/docs/bench/results --check
-    python docs/bench/results_csv.py --results ../record/docs/bench/results
-
-With --check, exit status 1 if a row is missing; without, the CSVs are rebuilt from those alone.
 
 A run directory is `<env>__<script>__<seed>[__<variant>][__<start>]` with its config.json,
 progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s output). The rows
@@ -19,7 +16,6 @@ from here.
 import argparse
 import csv
 import datetime
-import glob
 import importlib
 import io
 import json
@@ -227,20 +223,23 @@ def family(r: dict) -> str:
     return f"{r['script'][:-3]}_{kind}.csv"
 
 
-def tables(results: str) -> dict:
-    """{file name: CSV text} for the run directories under `results`."""
-    out = {}
-    for run_dir in sorted(glob.glob(os.path.join(results, "*__*"))):
-        r = row(run_dir)
-        out.setdefault(family(r), []).append(r)
-    texts = {}
-    for name, rows in out.items():
-        text = io.StringIO()
-        writer = csv.DictWriter(text, COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(sorted(rows, key=lambda r: (r["env"], r["variant"], r["seed"])))
-        texts[name] = text.getvalue()
-    return texts
+CURVE = ("iteration", "episodes", "env_steps", "return_mean", "eval_return_mean")
+
+
+def keep_curve(run_dir: str, out: str = os.path.join(ROOT, "docs", "results")) -> str:
+    """docs/results/curves/<run>/: the run's config.json and its learning curve, returns rounded."""
+    folder = os.path.join(out, "curves", os.path.basename(os.path.normpath(run_dir)))
+    os.makedirs(folder, exist_ok=True)
+    Path(folder, "config.json").write_text(Path(run_dir, "config.json").read_text())
+    with open(os.path.join(run_dir, "progress.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, CURVE, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: r[k] if "return" not in k else f"{number(r[k]):.2f}" for k in CURVE})
+    Path(folder, "progress.csv").write_text(text.getvalue())
+    return folder
 
 
 def main():
@@ -248,50 +247,17 @@ def main():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.error = lambda message: p.exit(2, f"results_csv.py: error: {message}\n")
-    p.add_argument(
-        "--results",
-        default=os.path.join(ROOT, "docs", "bench", "results"),
-        help="the folder of run directories to build every CSV from (default: docs/bench/results)",
-    )
-    p.add_argument(
-        "--out",
-        default=os.path.join(ROOT, "docs", "results"),
-        help="where the CSVs are (docs/results)",
-    )
-    p.add_argument("--check", action="store_true", help="compare, write nothing")
-    p.add_argument("--append", nargs="+", metavar="RUN_DIR", help="add these runs' rows instead")
-    p.add_argument(
-        "--variant", help="with --append: the rows' variant (default: from the folder name)"
-    )
+    p.add_argument("--append", nargs="+", metavar="RUN_DIR", required=True, help="the runs")
+    p.add_argument("--variant", help="the rows' variant (default: from the folder name)")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"), help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.append:  # every row made before any is written
-        for run_dir in a.append:
-            log = os.path.join(run_dir, "progress.csv")
-            if not os.path.isfile(log) or len(Path(log).read_text().splitlines()) < 2:
-                p.error(f"'{run_dir}' holds no progress.csv with a row")
-        for r in [appended(run_dir, a.variant) for run_dir in a.append]:
-            print(f"{append(family(r), [r], COLUMNS, a.out)}: {r['env']} seed {r['seed']}")
-        return
-    if not glob.glob(os.path.join(a.results, "*__*")):
-        p.error(f"no run directories in '{a.results}'")
-    texts = tables(a.results)
-    if a.check:  # every row the run directories give is in the CSV (rows appended since may follow)
-        stale = [
-            n
-            for n, t in texts.items()
-            if not os.path.exists(os.path.join(a.out, n))
-            or not set(t.splitlines()) <= set(Path(a.out, n).read_text().splitlines())
-        ]
-        print(
-            "\n".join(f"{n} lacks rows of its run directories" for n in stale)
-            or "docs/results/ is up to date"
-        )
-        sys.exit(1 if stale else 0)
-    os.makedirs(a.out, exist_ok=True)
-    for name, text in texts.items():
-        with open(os.path.join(a.out, name), "w") as f:
-            f.write(text)
-        print(f"{os.path.join(a.out, name)}: {text.count(chr(10)) - 1} runs")
+    for run_dir in a.append:  # every row made before any is written
+        log = os.path.join(run_dir, "progress.csv")
+        if not os.path.isfile(log) or len(Path(log).read_text().splitlines()) < 2:
+            p.error(f"'{run_dir}' holds no progress.csv with a row")
+    for run_dir, r in [(run_dir, appended(run_dir, a.variant)) for run_dir in a.append]:
+        print(f"{append(family(r), [r], COLUMNS, a.out)}: {r['env']} seed {r['seed']}")
+        print(f"{keep_curve(run_dir, a.out)}: its learning curve")
 
 
 if __name__ == "__main__":
