@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ars.py's generic defaults on tasks with no preset (docs/ars.md, "Tasks with no preset: the
+# ars.py's generic defaults on tasks with no preset (docs/results/README.md, "Tasks with no preset: the
 # generic defaults"): `python ars.py --env E --seed S --target-return T --workers 2`, no other
 # flag, seeds 0, 1, 2 one after the other, each run appended to docs/results/ars_generic.csv.
 #   bash docs/bench/ars_generic.sh [ENV ...]   (default: all three below)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The BipedalWalker-v3 benchmark of docs/ars.md: the default command for seeds 0, 1, 2, one
+# The BipedalWalker-v3 benchmark of docs/results/README.md: the default command for seeds 0, 1, 2, one
 # after the other on all cores, each stopped after 30 minutes at most (SIGTERM leaves a
 # checkpoint), then the final policy evaluated on 100 episodes (kept in its play.txt) and the run
 # appended to docs/results/ars_bipedalwalker.csv, its variant the TAG.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Episodes to the ARS paper's thresholds on the v5 MuJoCo tasks (docs/ars.md, "Results"):
+# Episodes to the ARS paper's thresholds on the v5 MuJoCo tasks (docs/results/README.md):
 # each preset with --target-return, seeds 0, 1, 2, on all cores, each run stopped after
 # LIMIT seconds at most (SIGTERM leaves a checkpoint), then appended to docs/results/ars_mujoco.csv,
 # its variant the TAG.
@@ -8,7 +8,7 @@
 # under runs/ (default bench):
 #   SEEDS="0 1 2 3" FLAGS="--actions raw" TAG=raw bash docs/bench/mujoco_thresholds.sh 600 Hopper-v5
 # Evaluations average the presets' 10 episodes; the paper's average 100, which FLAGS="--eval-episodes 100"
-# gives (docs/ars.md, "Episodes to the paper's thresholds (MuJoCo v5)").
+# gives (docs/results/README.md, "Episodes to the paper's thresholds (MuJoCo v5)").
 set -u
 cd "$(dirname "$0")/../.."
 limit=${1:-600}

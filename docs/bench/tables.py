@@ -24,6 +24,7 @@ PAGES = [
     "docs/ars.md",
     "docs/es_openai.md",
     "docs/nes_exercise.md",
+    "docs/results/README.md",
 ]
 BLOCK = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- end table -->)", re.S)
 # The non-timing columns of a training row: equal in two rows means the same run, bit for bit.
@@ -130,7 +131,7 @@ def played(r) -> str:
 
 
 def es_basic_solves() -> list:
-    """docs/es_basic.md: the default command on CartPole-v1 and LunarLander-v3, seeds 0-2, with
+    """results/README.md: the default command on CartPole-v1 and LunarLander-v3, seeds 0-2, with
     the final policy on 100 fresh episodes."""
     lines = [
         "| task, default command | host (commits; day) | seed 0 | seed 1 | seed 2 |",
@@ -157,7 +158,7 @@ def es_basic_solves() -> list:
 
 
 def ars_generic() -> list:
-    """docs/ars.md: the generic defaults (no preset) on three tasks, seeds 0-2."""
+    """results/README.md: the generic defaults (no preset) on three tasks, seeds 0-2."""
     rows = read("ars_generic.csv", script="ars.py", variant="", flags="")
     lines = [
         "`bash docs/bench/ars_generic.sh`: `python ars.py --env E --seed S --target-return T "
@@ -232,7 +233,7 @@ def nes_exercise_log() -> list:
 
 
 def es_basic_compare() -> list:
-    """docs/es_basic.md: CartPole-v1's preset mirrored or plain, with ranks or raw returns."""
+    """results/README.md: CartPole-v1's preset mirrored or plain, with ranks or raw returns."""
     rows = read("es_basic_solves.csv", script="es_basic.py", env="CartPole-v1")
     host_of_variants = host(read("es_basic_solves.csv", variant="plain")[0])
     rows = [r for r in rows if host(r) == host_of_variants]
@@ -258,7 +259,7 @@ PAPER_ES_STEPS = {"HalfCheetah-v5": 2.88e6, "Swimmer-v5": 1.39e6, "Hopper-v5": 3
 
 
 def es_openai_anchors() -> list:
-    """docs/es_openai.md: each preset to its Table 3 anchor, per host and variant (rows of the
+    """results/README.md: each preset to its Table 3 anchor, per host and variant (rows of the
     preset's own flags only), seeds 0-2 and every seed of the group."""
     lines = [
         "| env (paper's ES) | host, variant (commits; days) | seed 0 | seed 1 | seed 2 | all seeds"
@@ -308,8 +309,8 @@ def median_to_target(rows: list, column="reached_episodes") -> str:
 
 
 def ars_thresholds() -> list:
-    """docs/ars.md: training episodes of each MuJoCo preset to the paper's threshold, by host and
-    variant: the median of seeds 0-2 and of every seed, a miss counted as never."""
+    """results/README.md: training episodes of each MuJoCo preset to the paper's threshold, by
+    host and variant: the median of seeds 0-2 and of every seed, a miss counted as never."""
     lines = [
         "| env (paper) | host, variant, flags (commits; days) | seeds 0-2 | all seeds | reached |",
         "|---|---|---|---|---|",
@@ -345,14 +346,100 @@ def newest_full_group(rows: list, seeds=range(3)) -> list:
     return max(full, key=lambda g: max(r["started"] for r in g))
 
 
-def throughput(bench: str, env: str = "HalfCheetah-v5") -> dict:
-    """The newest day of a throughput benchmark on env, per repetition: 1 worker over the bare
+def largest_group(rows: list) -> list:
+    """The rows of the (host, variant) group with the most seeds, the newest of equal ones."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((host(r), r["variant"]), []).append(r)
+    return max(groups.values(), key=lambda g: (len(g), max(r["started"] for r in g)))
+
+
+def compact(tasks: list) -> list:
+    """A study page's results: per task (name, paper's figure or "", rows, column, unit), the
+    median over its seeds (a miss counts as never) and the range of those reached."""
+    lines = [
+        "| task, command | seeds | the paper | median to the target, a miss as never (range) "
+        "| reached | machine |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, paper, rows, column, unit in tasks:
+        newest = {}
+        for r in sorted(rows, key=lambda r: r["started"]):  # a seed run again: its newest row
+            newest[r["seed"]] = r
+        rows = list(newest.values())
+        counts = sorted(float(r[column]) if r[column] else math.inf for r in rows)
+        reached = [c for c in counts if c < math.inf]
+        show = (lambda c: millions(c)) if unit == "steps" else (lambda c: f"{c:,.0f}")
+        middle = statistics.median(counts)
+        median = "never" if middle == math.inf else f"{show(middle)} {unit}"
+        spread = f" ({show(reached[0])}-{show(reached[-1])})" if reached else ""
+        seeds = spans(sorted(int(r["seed"]) for r in rows))
+        lines.append(
+            f"| {name} | {seeds} | {paper or 'no figure'} | {median}{spread} "
+            f"| {len(reached)} of {len(rows)} | {host(rows[0])} |"
+        )
+    return lines
+
+
+def es_basic_tasks() -> list:
+    rows = read("es_basic_solves.csv", variant="", flags="")
+    tasks = []
+    for env, target in (("CartPole-v1", 475), ("LunarLander-v3", 200)):
+        group = newest_full_group([r for r in rows if r["env"] == env])
+        name = f"`python es_basic.py --env {env}`, to {target}"
+        tasks.append((name, "", group, "reached_episodes", "episodes"))
+    return tasks
+
+
+def ars_tasks() -> list:
+    walker = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
+    name = "`python ars.py --env BipedalWalker-v3`, to a confirmed 300"
+    tasks = [(name, "", walker, "reached_env_steps", "steps")]
+    for env, paper in (("Swimmer-v5", 427), ("Hopper-v5", 1973), ("HalfCheetah-v5", 1707)):
+        group = read("ars_mujoco.csv", env=env, variant="avx512")
+        name = f"`python ars.py --env {env}`, to {float(group[0]['target']):g}"
+        tasks.append((name, f"{paper:,} episodes (Table 1)", group, "reached_episodes", "episodes"))
+    return tasks
+
+
+def es_openai_tasks() -> list:
+    tasks = []
+    for env, paper in (("HalfCheetah-v5", 2.88), ("Hopper-v5", 31.6), ("Swimmer-v5", 1.39)):
+        group = largest_group(read("es_openai_mujoco.csv", env=env, flags=""))
+        name = f"`python es_openai.py --env {env}`, to {float(group[0]['target']):g}"
+        tasks.append((name, f"{paper:.2f} M steps (Table 3)", group, "reached_env_steps", "steps"))
+    return tasks
+
+
+def es_basic_summary() -> list:
+    return compact(es_basic_tasks())
+
+
+def ars_summary() -> list:
+    return compact(ars_tasks())
+
+
+def es_openai_summary() -> list:
+    return compact(es_openai_tasks())
+
+
+def throughput_rows(script: str, env: str) -> list:
+    """The newest day's rows of throughput.py SCRIPT on env (or of the command it replaced)."""
+    rows = [
+        r
+        for r in read("throughput.csv", env=env)
+        if r["bench"] in (f"throughput.py {script}", script.replace(".py", "_throughput.py"))
+    ]
+    newest = max(r["date"][:10] for r in rows)
+    return [r for r in rows if r["date"][:10] == newest]
+
+
+def throughput(script: str, env: str = "HalfCheetah-v5") -> dict:
+    """The newest day of throughput.py SCRIPT on env, per repetition: 1 worker over the bare
     loop replaying its episodes (the per-core ratio), the same two side by side (paired), 2
     workers over 1, two bare loops over one; with its host, day and commit."""
-    rows = read("throughput.csv", bench=bench, env=env)
-    newest = max(r["date"][:10] for r in rows)
-    rows = [r for r in rows if r["date"][:10] == newest]
-    script = bench.replace("_throughput", "")  # ars_throughput.py: ars.py's runs
+    rows = throughput_rows(script, env)
+    newest = rows[0]["date"][:10]
     out = dict(per_core=[], paired=[], scaling=[], bare_scaling=[], day=newest)
     out["host"] = host(rows[0])
     out["commit"] = commits(rows)
@@ -377,141 +464,43 @@ def spread(values: list, unit="") -> str:
     return f"{middle:.2f}{unit} ({min(values):.2f}-{max(values):.2f}{unit})"
 
 
-def throughput_sentence(bench: str, env: str = "HalfCheetah-v5") -> list:
-    t = throughput(bench, env)
-    line = (
-        f"{env}, medians of {len(t['per_core'])} repetitions (range): the per-core ratio "
-        f"**{spread(t['per_core'])}**, side by side **{spread(t['paired'])}**, 2 workers over 1 "
-        f"**{spread(t['scaling'], 'x')}**, two bare loops over one {spread(t['bare_scaling'], 'x')}"
-    )
-    script = bench.replace("_throughput", "")
-    rows = read("throughput.csv", bench=bench, env=env)
-    rows = [r for r in rows if r["date"].startswith(t["day"])]
-    policy = [float(r["value"]) for r in rows if r["run"] == f"{script}'s policy, per step"]
-    step = [float(r["value"]) for r in rows if r["run"] == f"{script}'s env.step, per step"]
-    if policy and step:  # the workers' own timers
-        policy_us = statistics.median(policy)
-        step_us = statistics.median(step)
-        line += (
-            f"; a worker's policy {policy_us:.1f} us and `env.step` {step_us:.1f} us a step "
-            f"({step_us / (policy_us + step_us):.0%} of the two)"
-        )
-    return [f"{line}; {t['host']}, {t['day']}, commit {t['commit']}."]
+def throughput_sentence(script: str, env: str = "HalfCheetah-v5") -> list:
+    t = throughput(script, env)
+    return [
+        f"`{script}` on {env}, medians of {len(t['per_core'])} repetitions (range): the per-core "
+        f"ratio **{spread(t['per_core'])}**, side by side **{spread(t['paired'])}**, 2 workers "
+        f"over 1 **{spread(t['scaling'], 'x')}**, two bare loops over one "
+        f"{spread(t['bare_scaling'], 'x')}; {t['host']}, {t['day']}, commit {t['commit']}."
+    ]
 
 
 def throughput_ars() -> list:
-    lines = throughput_sentence("ars_throughput.py")
-    return [lines[0], "", *throughput_sentence("ars_throughput.py", "BipedalWalker-v3")]
+    lines = throughput_sentence("ars.py")
+    return [lines[0], "", *throughput_sentence("ars.py", "BipedalWalker-v3")]
 
 
 def throughput_es_openai() -> list:
-    return throughput_sentence("es_openai_throughput.py")
+    return throughput_sentence("es_openai.py")
 
 
 def glance() -> list:
-    """README.md's results at a glance: each cell from one host's rows, named."""
-    lines = ["| script | task | target | result |", "|---|---|---|---|"]
-    walker = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
-    solved = [r for r in walker if r["reached_wall_time_s"]]
-    minutes = sorted(float(r["reached_wall_time_s"]) / 60 for r in solved)
-    steps = sorted(int(r["reached_env_steps"]) for r in solved)
-    lines.append(
-        "| `ars.py` | BipedalWalker-v3, default command, 2 workers | a 100-episode mean of 300 | "
-        f"[{len(solved)} of {len(walker)} seeds: median {statistics.median(minutes):.1f} minutes "
-        f"({minutes[0]:.1f}-{minutes[-1]:.1f}), {millions(statistics.median(steps))} env steps "
-        f"({millions(steps[0])}-{millions(steps[-1])}); "
-        f"{host(walker[0])}](docs/ars.md#bipedalwalker-v3-the-default-command) |"
-    )
-    cells = []
-    for env, paper in PAPER_ARS_EPISODES.items():
-        group = read("ars_mujoco.csv", env=env, variant="eval100")
-        first = [r for r in group if int(r["seed"]) < 3]
-        cells.append(
-            f"{env[:-3]} {median_to_target(first)}; {median_to_target(group)} (paper {paper:,})"
-        )
-    lines.append(
-        "| `ars.py` | MuJoCo v5, training episodes to the paper's thresholds, judged by 100 "
-        "episodes (median of seeds 0-2; of 0-20; a miss counts as never) | the paper's ARS | "
-        f"[{', '.join(cells)}; {host(group[0])}]"
-        "(docs/ars.md#episodes-to-the-papers-thresholds-mujoco-v5) |"
-    )
-    lander = newest_full_group(read("ars_generic.csv", env="LunarLanderContinuous-v3", flags=""))
-    iterations = sorted(int(r["reached_iteration"]) for r in lander if r["reached_iteration"])
-    seconds = sorted(float(r["reached_wall_time_s"]) for r in lander if r["reached_iteration"])
-    lines.append(
-        "| `ars.py` | LunarLanderContinuous-v3, no preset | an evaluation of 200 | "
-        f"[iterations {iterations[0]}-{iterations[-1]}, {seconds[0]:.0f}-{seconds[-1]:.0f} seconds,"
-        f" {len(iterations)} of {len(lander)} seeds; {host(lander[0])}]"
-        "(docs/ars.md#tasks-with-no-preset-the-generic-defaults) |"
-    )
-    cells = []
-    for env in ("CartPole-v1", "LunarLander-v3"):
-        group = newest_full_group(read("es_basic_solves.csv", env=env, variant="", flags=""))
-        times = sorted(float(r["reached_wall_time_s"]) for r in group if r["reached_wall_time_s"])
-        count = f"{len(times)} of {len(group)} seeds"
-        if env == "CartPole-v1":
-            cells.append(f"{times[0]:.0f}-{times[-1]:.0f} seconds, {count}")
-        else:
-            cells.append(f"{times[0] / 60:.0f}-{times[-1] / 60:.0f} minutes, {count}")
-    lines.append(
-        "| `es_basic.py` | CartPole-v1; LunarLander-v3 | 100-episode means of 475; 200 | "
-        f"[{'; '.join(cells)}; {host(group[0])}](docs/es_basic.md#results) |"
-    )
-    cells = []
-    for env, paper in PAPER_ES_STEPS.items():
-        group = newest_full_group(read("es_openai_mujoco.csv", env=env, flags=""))
-        first = seeds_of(group, range(3))
-        steps = median_to_target(first, "reached_env_steps")
-        if steps == "never":  # the median is a miss: what the seeds that reached it took
-            reached = [millions(r["reached_env_steps"]) for r in first if r["reached_env_steps"]]
-            steps = f"{', '.join(reached)} on {len(reached)} of 3 seeds"
-        else:
-            steps = millions(steps.replace(",", ""))
-        cells.append(f"{env[:-3]} {steps} (paper {millions(paper)}; {host(group[0])})")
-    lines.append(
-        "| `es_openai.py` | MuJoCo v5, env steps to TRPO's score (the paper's Table 3), median of "
-        "seeds 0-2 | the paper's ES | "
-        f"[{', '.join(cells)}](docs/es_openai.md#the-table-3-anchors-steps-to-trpos-score) |"
-    )
-    memory = []  # the script of the day (not an older commit run beside it), its 1 GB table
-    for r in read("memory.csv"):
-        if r["script"] == f"es_openai.py at {r['commit']}" and r["options"].endswith("tions 3"):
-            memory.append(r)
-    newest = max(memory, key=lambda r: r["date"])
-    lines.append(
-        "| `es_openai.py` | memory with the 1 GB noise table, 2 workers | under 1.5 GB | "
-        f"[{float(newest['peak_pss_gib']):.2f} GiB, {newest['processes']} processes; "
-        f"{host(newest)}](docs/es_openai.md#memory-one-noise-table-for-the-whole-run) |"
-    )
-    cells = []
-    for script, anchor in (("ars", "ars.md#throughput"), ("es_openai", "es_openai.md#throughput")):
-        t = throughput(f"{script}_throughput.py")
-        per_core = statistics.median(t["per_core"])
-        paired = statistics.median(t["paired"])
-        scaling = statistics.median(t["scaling"])
-        cells.append(
-            f"[{script}.py {per_core:.2f} (side by side {paired:.2f}), {scaling:.2f}x; "
-            f"{t['host']}](docs/{anchor})"
-        )
-    lines.append(
-        "| `ars.py`, `es_openai.py` | throughput on HalfCheetah-v5: 1 worker against a bare "
-        "`env.step` loop; 2 workers against 1 | 0.90 (ars.py), 0.85 (es_openai.py); 1.8x | "
-        f"{'; '.join(cells)} |"
-    )
+    """README.md: the study pages' tables in one, and the exercise's and the throughput's lines."""
+    lines = compact(es_basic_tasks() + ars_tasks() + es_openai_tasks())
     exercise = exercise_rows()
-    means = {float(r["return_mean"]) for r in exercise}
-    seconds = sorted(float(r["wall_time_s"]) for r in exercise)
-    result = f"{max(means):.1f} on every seed" if len(means) == 1 else f"{min(means):.1f} or more"
-    lines.append(
-        "| `nes_exercise.py` | CartPole-v1, the teacher's solution, seeds 0-9 | a 100-episode mean "
-        f"of 475 on each | [{result}, {seconds[0]:.0f}-{seconds[-1]:.0f} seconds each; "
-        f"{host(exercise[0])}](docs/nes_exercise.md#a-healthy-run) |"
-    )
+    low = min(float(r["return_mean"]) for r in exercise)
+    lines += [
+        "",
+        f"The exercise's solution: a 100-episode mean of at least {low:.1f} on each of "
+        f"{len(exercise)} seeds ({host(exercise[0])}; "
+        "[A healthy run](docs/nes_exercise.md#a-healthy-run)). "
+        "Throughput, memory, every run and its learning curve: "
+        "[docs/results](docs/results/README.md).",
+    ]
     return lines
 
 
 def ars_bipedalwalker() -> list:
-    """docs/ars.md: the default command on BipedalWalker-v3, seeds 0-11 of the largest group."""
+    """results/README.md: the default command on BipedalWalker-v3, seeds 0-11."""
     rows = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
     lines = [
         "| seed | solved at iteration (a confirmed 300) | training episodes | env steps "
@@ -550,7 +539,7 @@ def ars_bipedalwalker() -> list:
 
 
 def ars_bipedalwalker_screens() -> list:
-    """docs/ars.md: every screen of BipedalWalker-v3 (a row with flags), beside the default
+    """results/README.md: every screen of BipedalWalker-v3 (a row with flags), beside the default
     command's row of the same seed on the same host."""
     rows = read("ars_bipedalwalker.csv")
     preset = {(chip(r), r["seed"]): r for r in rows if not r["flags"]}  # the newest, if several
@@ -607,68 +596,15 @@ def seed_key(r: dict) -> int:
     return int(r["seed"])
 
 
-def old_new(script: str, newest=None) -> list:
-    """docs/ars.md, docs/es_openai.md: each batch of `old_new.py` (a commit's rows; the newest
-    ones only, if given), the script
-    against the code of 8f57846 run in turn: medians over its repetitions of new over old, in
-    training steps per second and in the whole process's speed (old seconds over new)."""
-    rows = read("throughput.csv", bench=f"old_new.py {script}")
-    batches = {}
-    for r in rows:
-        batches.setdefault((r["commit"], r["env"]), []).append(r)
-    lines = [
-        "| batch: commit, env, day, host | bare loop, steps/s | repetitions | steps/s, 1 worker | "
-        "2 workers | whole process, 1 worker | 2 workers |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for (commit, env), batch in list(batches.items())[-(newest or len(batches)) :]:
-        new = f"{script} at {commit}"
-        value = {}
-        for r in batch:
-            value[r["run"], r["workers"], r["repetition"]] = float(r["value"])
-        repetitions = sorted({r["repetition"] for r in batch}, key=int)
-        cells = []
-        for run, invert in (("", False), (", whole process", True)):
-            for workers in ("1", "2"):
-                ratios = []
-                for k in repetitions:
-                    old_value = value.get((f"{script} at 8f57846{run}", workers, k))
-                    new_value = value.get((f"{new}{run}", workers, k))
-                    if old_value is None or new_value is None:
-                        continue
-                    if invert:  # seconds: the old time over the new is the new speed over the old
-                        ratios.append(old_value / new_value)
-                    else:
-                        ratios.append(new_value / old_value)
-                if ratios:
-                    cells.append(f"{statistics.median(ratios):.2f}")
-                else:
-                    cells.append("not timed")
-        bare = [value[key] for key in value if key[0] == "bare loop, random actions"]
-        where = f"{commit}, {env}, {days(batch)}, {host(batch[0])}"
-        lines.append(
-            f"| {where} | {min(bare):,.0f}-{max(bare):,.0f} | {len(repetitions)} | "
-            + " | ".join(cells)
-            + " |"
-        )
-    return lines
-
-
-def old_new_ars() -> list:
-    return old_new("ars.py", newest=2)
-
-
-def old_new_es_openai() -> list:
-    return old_new("es_openai.py")
-
-
 def memory() -> list:
-    """docs/es_openai.md: every run of es_openai_memory.py, the peak PSS of all processes."""
+    """results/README.md: every run of es_openai_memory.py, the peak PSS of all processes."""
     lines = [
         "| script | options | peak PSS | processes | host, day |",
         "|---|---|---|---|---|",
     ]
     for r in read("memory.csv"):
+        if "8f57846" in r["script"]:  # the code before the rewrite, measured beside it
+            continue
         lines.append(
             f"| {r['script']} | `{r['options']}` | {float(r['peak_pss_gib']):.2f} GiB | "
             f"{r['processes']} | {host(r)}, {r['date'][:10]} |"
@@ -677,8 +613,8 @@ def memory() -> list:
 
 
 def ars_triples() -> list:
-    """docs/ars.md: over every triple of the avx512 rows' seeds, how often three seeds would have
-    met the paper's figure (seed_triples.py's count, a miss larger than any figure)."""
+    """results/README.md: over every triple of the avx512 rows' seeds, how often three seeds
+    would have met the paper's figure (seed_triples.py's count, a miss larger than any figure)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import seed_triples
 
@@ -742,17 +678,28 @@ TABLES = {
         ars_triples,
         ars_generic,
         es_openai_anchors,
-        old_new_ars,
-        old_new_es_openai,
         throughput_ars,
         throughput_es_openai,
         memory,
         nes_exercise_seeds,
+        es_basic_summary,
+        ars_summary,
+        es_openai_summary,
     )
 }
 
 
-def render(text: str) -> tuple:
+def relink(body: str, page: str) -> str:
+    """The tables link docs/ pages as seen from docs/ ('results/x.csv'), or from the top
+    ('docs/results/x.csv'); the links as seen from `page`."""
+    body = re.sub(r"\]\((?!docs/|https?:)", "](docs/", body)  # every link from the top
+    folder = os.path.dirname(page)
+    return re.sub(
+        r"\]\((docs/[^)#]*)", lambda m: f"]({os.path.relpath(m.group(1), folder or '.')}", body
+    )
+
+
+def render(text: str, page: str = "docs/x.md") -> tuple:
     """(the text with every block rendered, the names of the blocks that changed)."""
     changed = []
 
@@ -760,7 +707,7 @@ def render(text: str) -> tuple:
         name = m.group(2)
         if name not in TABLES:
             raise SystemExit(f"tables.py: error: no table named {name} (know: {', '.join(TABLES)})")
-        body = "\n".join(TABLES[name]()) + "\n"
+        body = relink("\n".join(TABLES[name]()) + "\n", page)
         if body != m.group(3):
             changed.append(name)
         return m.group(1) + body + m.group(4)
@@ -777,7 +724,7 @@ def main():
         path = os.path.join(ROOT, page)
         with open(path) as f:
             text = f.read()
-        new, changed = render(text)
+        new, changed = render(text, page)
         stale += [f"{page}: {name}" for name in changed]
         if changed and not a.check:
             with open(path, "w") as f:
