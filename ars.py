@@ -151,7 +151,8 @@ def batch_stats(x: np.ndarray) -> tuple:
 
 def normalizer(stats: tuple, version: int):
     """(mu, 1/sigma) of Eq. (2); V1 and fewer than 2 states: the identity. Near-constant features
-    get 1/sigma = 0 (the official code: sigma = inf below 1e-7, and the n - 1 variance)."""
+    get 1/sigma = 0 (the paper: variance below 1e-8; the official code: sigma = inf below 1e-7,
+    and the n - 1 variance)."""
     n, mean, m2 = stats
     if version == 1 or n < 2:
         return np.zeros_like(mean), np.ones_like(mean)
@@ -163,7 +164,8 @@ def normalizer(stats: tuple, version: int):
 def rollout(
     env, M, mu, inv_sigma, env_seed, shift=0.0, reward_clip=0.0, keep_obs=False, clip_actions=True
 ):
-    """One episode of a = clip(M (x - mu) / sigma) (Eq. 2): (return, shaped return, length,
+    """One episode of a = M (x - mu) / sigma (Eq. 2), clipped to the action box (a deviation from
+    the paper, which sends Eq. 2 as it is): (return, shaped return, length,
     statistics of the states acted on if keep_obs). clip_actions=False: --actions raw."""
     W = M * inv_sigma  # (p, n): M (x - mu) / sigma = W x - W mu, one matrix product a step
     W_mu = W @ mu
@@ -176,7 +178,7 @@ def rollout(
     total, shaped = 0.0, 0.0  # the return, and Eq. (3)'s shaped return
     steps = 0
     while True:
-        a = np.clip(W @ x - W_mu, low, high)  # Eq. (2)
+        a = np.clip(W @ x - W_mu, low, high)  # Eq. (2), then the clip (the paper has none)
         x, r, terminated, truncated, _ = env.step(a)
         steps += 1
         total += r

@@ -121,7 +121,7 @@ def shape_fitness(R: np.ndarray, method: str) -> np.ndarray:
 
 
 def es_gradient(eps: np.ndarray, F: np.ndarray, sigma: float, mirror: bool) -> np.ndarray:
-    """Eq. (3), or Eq. (5) mirrored. eps: (m, d); F: (n,), mirrored [F_1+, F_1-, F_2+, ...]."""
+    """Eq. (3), or Eq. (5) mirrored. eps: (m, d); F: (n,), mirrored [F_0+, F_0-, F_1+, ...]."""
     if mirror:  # (1 / (n sigma)) sum_i (F_i+ - F_i-) eps_i, with m = n / 2
         return (F[0::2] - F[1::2]) @ eps / (len(F) * sigma)
     return F @ eps / (len(F) * sigma)  # (1 / (n sigma)) sum_i F_i eps_i, with m = n

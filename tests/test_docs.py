@@ -3,6 +3,7 @@ its #anchor, and every section that the code, tests, scripts and docs cite by na
 (docs/X.md, "Name"), or as "Name" in docs/X.md, exists in that page as a heading or a bold
 paragraph lead."""
 
+import math
 import os
 import re
 import subprocess
@@ -222,3 +223,14 @@ def test_a_screen_is_compared_only_where_its_rows_can_tell(screen, preset, fewer
         return dict(reached_env_steps=count(reached), env_steps=count(steps))
 
     assert tables.fewer_steps(row(*screen), row(*preset)) is fewer
+
+
+def test_triples_counted_by_hand():
+    # Seeds 10, 20, 40 and never against a paper's 20: the triples (10, 20, 40), (10, 20, inf),
+    # (10, 40, inf), (20, 40, inf) have medians 20, 20, 40, 40 and averages 23.3, inf, inf, inf.
+    sys.path.insert(0, os.path.join(ROOT, "docs", "bench"))
+    import tables
+
+    counts = tables.triple_counts([10, 20, 40, math.inf], 20)
+    assert counts == {"triples": 4, "median": 2, "average": 0, "single": 2}
+    assert tables.triple_counts([10, 20, 40, math.inf], 25)["average"] == 1

@@ -11,6 +11,7 @@ could use, "not recorded" for rows made before the scripts recorded them) and th
 
 import argparse
 import csv
+import itertools
 import math
 import os
 import re
@@ -612,24 +613,32 @@ def memory() -> list:
     return lines
 
 
+def triple_counts(values: list, paper: float) -> dict:
+    """Over every triple of the per-seed counts: how many have a median, and how many an average,
+    at or under the paper's figure; and how many single counts are."""
+    triples = list(itertools.combinations(values, 3))
+    return {
+        "triples": len(triples),
+        "median": sum(sorted(t)[1] <= paper for t in triples),
+        "average": sum(sum(t) / 3 <= paper for t in triples),
+        "single": sum(v <= paper for v in values),
+    }
+
+
 def ars_triples() -> list:
     """results/README.md: over every triple of the avx512 rows' seeds, how often three seeds
-    would have met the paper's figure (seed_triples.py's count, a miss larger than any figure)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import seed_triples
-
+    would have met the paper's figure (a miss counts as infinite)."""
     lines = [
         "| env (paper) | runs (seeds) | reached | single runs at or under the paper's figure | "
         "triples whose median is at or under it | triples whose average is at or under it |",
         "|---|---|---|---|---|---|",
     ]
-    path = os.path.join(ROOT, "docs", "results", "ars_mujoco.csv")
     for env in ("HalfCheetah-v5", "Hopper-v5", "Swimmer-v5"):
         paper = PAPER_ARS_EPISODES[env]
-        runs = seed_triples.counts_from_csv(path, env, "avx512")
-        values = [count for _, count in runs]
-        c = seed_triples.triple_counts(values, paper)
-        seeds = spans(sorted(seed for seed, _ in runs))
+        rows = read("ars_mujoco.csv", env=env, variant="avx512")
+        values = [float(r["reached_episodes"] or math.inf) for r in rows]
+        c = triple_counts(values, paper)
+        seeds = spans(sorted(int(r["seed"]) for r in rows))
         reached = sum(value != math.inf for value in values)
         n = len(values)
         lines.append(
