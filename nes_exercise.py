@@ -61,7 +61,7 @@ def n_outputs(action_space) -> int:
 
 def sample_noise(policy: dict, seed: int) -> dict:
     """eps ~ N(0, I) with the shapes of `policy`, the same for the same seed, on any machine."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, 1])  # not default_rng(seed): env.reset(seed)'s own stream
     return {k: rng.standard_normal(np.shape(policy[k])) for k in KEYS}
 
 
