@@ -1,6 +1,11 @@
-"""Lets the tests import the scripts (ars.py, ...) as modules from the repository root."""
+"""Lets the tests import the scripts (ars.py, ...) as modules from the repository root, and the
+helpers they share."""
 
+import contextlib
+import io
+import multiprocessing
 import os
+import subprocess
 import sys
 
 import pytest
@@ -8,10 +13,11 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-
-
 START_METHODS = ("fork", "forkserver", "spawn")  # Linux to 3.13, Linux from 3.14, macOS and Windows
 SITE = os.path.join(ROOT, "tests", "site")  # its sitecustomize.py applies START_METHOD
+POSIX_ONLY = pytest.mark.skipif(
+    sys.platform == "win32", reason="sends POSIX signals and reads processes with pgrep and ps"
+)
 
 
 def with_start_method(method: str, **more) -> dict:
@@ -20,13 +26,25 @@ def with_start_method(method: str, **more) -> dict:
     return dict(os.environ, START_METHOD=method, PYTHONPATH=path, **more)
 
 
+def pytest_configure(config):
+    # START_METHOD=spawn python -m pytest: the suite under another platform's start method, in
+    # this process and in every Python it starts.
+    if os.environ.get("START_METHOD"):
+        multiprocessing.set_start_method(os.environ["START_METHOD"], force=True)
+        os.environ.update(with_start_method(os.environ["START_METHOD"]))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Ray tests run last: once Ray has started in a process, a process forked from it can crash
+    in Ray's code (Python 3.13: a SIGSEGV in GcsClient's destructor), and tests/test_ray.py starts
+    Ray once for all its tests."""
+    items.sort(key=lambda item: item.path.name == "test_ray.py")  # stable: else the same order
+
+
 @pytest.fixture
 def fork_start():
-    """The test's processes start by fork, whatever START_METHOD says: for the tests whose
-    workers need what only this process holds (an environment registered by the test, a module
-    loaded from a path)."""
-    import multiprocessing
-
+    """The test's processes start by fork, whatever START_METHOD says: for workers that need what
+    only this process holds (an environment registered by the test, a module loaded from a path)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this system")
     method = multiprocessing.get_start_method()
@@ -35,41 +53,11 @@ def fork_start():
     multiprocessing.set_start_method(method, force=True)
 
 
-def pytest_configure(config):
-    # START_METHOD=spawn python -m pytest: the suite under another platform's start method, in
-    # this process and in every Python it starts.
-    if os.environ.get("START_METHOD"):
-        import multiprocessing
-
-        multiprocessing.set_start_method(os.environ["START_METHOD"], force=True)
-        os.environ.update(with_start_method(os.environ["START_METHOD"]))
-    # Not this repository's to fix: Box2D's SWIG wrapper (imported by BipedalWalker and LunarLander)
-    # warns on import under Python 3.11+.
-    config.addinivalue_line(
-        "filterwarnings", "ignore:builtin type .* has no __module__ attribute:DeprecationWarning"
-    )
-
-
-POSIX_ONLY = pytest.mark.skipif(
-    sys.platform == "win32", reason="sends POSIX signals and reads processes with pgrep and ps"
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    """The Ray tests run last. Ray leaves threads behind in this process once started, even after
-    ray.shutdown(), and on Python 3.13 a process forked after that crashes in Ray's code (a
-    SIGSEGV in GcsClient's destructor) as soon as it collects garbage: every test that forks local
-    workers must run before Ray is started (tests/test_ray.py starts it once, for all its tests)."""
-    items.sort(
-        key=lambda item: item.path.name == "test_ray.py"
-    )  # stable: the order is kept otherwise
-
-
 def only_builtin_types(x) -> bool:
-    """Whether x holds only built-in containers and scalars, None, and numpy arrays and scalars:
+    """Whether x holds only built-in containers and scalars, None and numpy arrays and scalars:
     what a worker may send back (through Ray, an object of a class defined in a script run as
     __main__ travels with the class's whole definition)."""
-    import numpy as np
+    import numpy as np  # (not at the top: a script sets OMP_NUM_THREADS before numpy starts)
 
     if type(x) in (tuple, list):
         return all(only_builtin_types(v) for v in x)
@@ -81,19 +69,11 @@ def only_builtin_types(x) -> bool:
 
 
 def refused(module, tmp_path, *argv) -> str:
-    """Runs module.main(argv + --out-dir, unless it resumes) in this process (as `python SCRIPT
-    ARGV` runs it, much faster than a new interpreter) and checks that the input is refused as
-    every script refuses bad input: exit status 2, one line on stderr naming the script, nothing
-    written. Returns that line."""
-    import contextlib
-    import io
-
-    import pytest
-
+    """Runs module.main(argv + --out-dir, unless it resumes) in this process and checks that the
+    input is refused as every script refuses bad input: exit status 2, one line on stderr naming
+    the script, nothing written. Returns that line."""
     out_dir, err = tmp_path / "out", io.StringIO()
-    where = (
-        [] if "--resume" in argv else ["--out-dir", str(out_dir)]
-    )  # a resumed run stays in its folder
+    where = [] if "--resume" in argv else ["--out-dir", str(out_dir)]  # a resumed run stays put
     with (
         contextlib.redirect_stderr(err),
         contextlib.redirect_stdout(io.StringIO()),
@@ -109,26 +89,24 @@ def refused(module, tmp_path, *argv) -> str:
 
 def processes_in(sid: int) -> list:
     """(pid, parent pid, state, command) of each process of session sid (Linux and macOS)."""
-    import subprocess
-
-    pids = subprocess.run(["pgrep", "-s", str(sid)], capture_output=True, text=True).stdout
-    if not pids.split():
+    pids = subprocess.run(["pgrep", "-s", str(sid)], capture_output=True, text=True).stdout.split()
+    if not pids:
         return []
-    argv = ["ps", "-ww", "-o", "pid=,ppid=,stat=,args=", "-p", ",".join(pids.split())]
+    argv = ["ps", "-ww", "-o", "pid=,ppid=,stat=,args=", "-p", ",".join(pids)]
     out = subprocess.run(argv, capture_output=True, text=True).stdout
     return [line.split(None, 3) for line in out.splitlines()]
 
 
 def left_in_session(sid: int) -> str:
-    """The processes of session sid still running, one 'pid state command' a line: a process that
-    has ended but waits for its new parent to reap it (a zombie) is not one."""
+    """The processes of session sid still running, one 'pid state command' a line (a zombie, which
+    has ended and waits for its new parent to reap it, is not one)."""
     left = [f"{pid} {state} {args}" for pid, _, state, args in processes_in(sid) if state[0] != "Z"]
     return "\n".join(left)
 
 
 def workers_in(sid: int) -> list:
-    """The worker processes of the run in session sid: its processes with no children of their
-    own but the master and multiprocessing's resource tracker."""
+    """The worker processes of the run in session sid: its processes with no children, but the
+    master and multiprocessing's resource tracker."""
     procs = processes_in(sid)
     parents = {ppid for _, ppid, _, _ in procs}
     return [

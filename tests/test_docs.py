@@ -123,9 +123,7 @@ def test_sections_cited_by_name_exist():
         if f != "tests/test_docs.py"  # its own examples
         for page, name in citations(f)
     ]
-    assert (
-        len(cited) >= 10
-    )  # the scripts cite their pages this way; finding none would mean the pattern broke
+    assert len(cited) >= 5  # the scripts cite their pages this way: none would mean it broke
     missing = [f'{f}: ({page}, "{name}")' for f, page, name in cited if not cites(page, name)]
     assert not missing, "\n".join(missing)
 
