@@ -12,9 +12,8 @@ from conftest import ROOT
 
 BENCH = os.path.join(ROOT, "docs", "bench")
 CASES = [
-    ("ars_throughput.py", ["--repeats", "0"], "--repeats at least 1"),
-    ("es_openai_throughput.py", ["--population", "3"], "--population must be even"),
-    ("es_openai_throughput.py", ["--env", "NoSuch-v0"], "`NoSuch` doesn't exist"),
+    ("throughput.py", ["ars.py", "--repeats", "0"], "--repeats must be at least 1"),
+    ("throughput.py", ["es_openai.py", "--env", "NoSuch-v0"], "`NoSuch` doesn't exist"),
     ("es_basic_compare.py", ["--seeds", "0,x"], "--seeds must be comma-separated integers"),
     ("results_csv.py", ["--append", "no/such/run"], "'no/such/run' holds no progress.csv"),
     ("es_openai_memory.py", ["--bogus"], "give --script FILE or nothing before --"),

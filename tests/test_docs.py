@@ -160,17 +160,16 @@ def test_the_readme_starts_with_the_commands():
 
 def test_every_bench_script_is_cited_and_feeds_docs_results():
     """docs/bench/ holds only the scripts behind a published figure or table: each is named in the
-    README or a docs page, and reads or appends docs/results/ (replay.py is the throughput scripts'
-    shared module)."""
+    README or a docs page, and reads or appends docs/results/."""
     pages = "".join(Path(ROOT, f).read_text() for f in tracked(".md") if not f.startswith("tests/"))
     bench = os.path.join(ROOT, "docs", "bench")
     for name in sorted(os.listdir(bench)):
-        if not name.endswith((".py", ".sh")) or name == "replay.py":
+        if not name.endswith((".py", ".sh")):
             continue
         text = Path(bench, name).read_text()
         assert f"docs/bench/{name}" in pages, f"{name} is cited nowhere"
         assert "docs/results" in text or re.search(
-            r"from (results_csv|replay) import|results_csv\.py", text
+            r"from results_csv import|results_csv\.py", text
         ), name
 
 
