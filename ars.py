@@ -33,8 +33,9 @@ import gymnasium as gym
 import numpy as np
 
 # ---- configuration: presets, then the command line (a flag overrides its preset) ----
-# MuJoCo: RL Baselines3 Zoo's and the official code's Humanoid; GENERIC: V2, no shift or clip, and
-# the alpha, nu, N, b of tasks with no preset (docs/ars.md, "Presets").
+# MuJoCo: RL Baselines3 Zoo's, and Humanoid's from the paper (shift 5: the official code);
+# GENERIC: V2, no shift or clip, and the alpha, nu, N, b of tasks with no preset (docs/ars.md,
+# "Presets").
 PRESETS = {
     "Swimmer-v5": dict(alpha=0.02, nu=0.01, n_directions=1, top_b=1, version=1, iterations=1000),
     "Hopper-v5": dict(alpha=0.01, nu=0.025, n_directions=8, top_b=4, shift=1.0, iterations=1000),

@@ -205,8 +205,7 @@ def nes_exercise_seeds() -> list:
         f"100-episode mean of **{means[-1]:.1f} on {reached} {seeds[0]}-{seeds[-1]}** ({solved} of "
         f"{len(rows)} at 475 or more), in {min(seconds):.1f} to {max(seconds):.1f} s a command "
         f"(median {statistics.median(seconds):.1f} s): `python docs/bench/nes_exercise_seeds.py`, "
-        f"a row per seed in [nes_exercise.csv](results/nes_exercise.csv); {host(rows[0])}, commit "
-        f"{commits(rows)}, {days(rows)}.",
+        f"a row per seed in [nes_exercise.csv](results/nes_exercise.csv); {host(rows[0])}.",
         "",
         *nes_exercise_log(),
     ]
@@ -220,8 +219,8 @@ def nes_exercise_log() -> list:
     shown = sorted({*range(0, last - 2, 10), last - 2, last - 1, last})
     fall = max(range(1, len(log)), key=lambda i: float(log[i - 1]) - float(log[i]))
     return [
-        f"Seed 0's log (its row of [nes_exercise.csv](results/nes_exercise.csv), {host(r)}, "
-        f"commit {r['commit']}), the mean return of the perturbed policies by iteration:",
+        f"Seed 0's log (its row of [nes_exercise.csv](results/nes_exercise.csv), {host(r)}), the "
+        "mean return of the perturbed policies by iteration:",
         "",
         "| iteration | " + " | ".join(str(i) for i in shown) + " |",
         "|---|" + "---|" * len(shown),
@@ -399,7 +398,9 @@ def ars_tasks() -> list:
     for env, paper in (("Swimmer-v5", 427), ("Hopper-v5", 1973), ("HalfCheetah-v5", 1707)):
         group = read("ars_mujoco.csv", env=env, variant="avx512")
         name = f"`python ars.py --env {env}`, to {float(group[0]['target']):g}"
-        tasks.append((name, f"{paper:,} episodes (Table 1)", group, "reached_episodes", "episodes"))
+        tasks.append(
+            (name, f"{paper:,} episodes (Table 1, V2-t)", group, "reached_episodes", "episodes")
+        )
     return tasks
 
 
