@@ -5,6 +5,7 @@ curve each, labelled by the options in which they differ; each environment has a
 
     python docs/bench/plot_runs.py runs/CartPole-v1__es_basic__* -o cartpole.png
     python docs/bench/plot_runs.py RUN_DIR... --column eval_return_mean --title "LunarLander-v3"
+    python docs/bench/plot_runs.py docs/results/curves/BipedalWalker-v3__ars__*  # the results' runs
 """
 
 import argparse

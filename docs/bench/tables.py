@@ -235,7 +235,7 @@ def nes_exercise_log() -> list:
 def es_basic_compare() -> list:
     """results/README.md: CartPole-v1's preset mirrored or plain, with ranks or raw returns."""
     rows = read("es_basic_solves.csv", script="es_basic.py", env="CartPole-v1")
-    host_of_variants = host(read("es_basic_solves.csv", variant="plain")[0])
+    host_of_variants = host(read("es_basic_solves.csv", variant="plain")[-1])  # the newest
     rows = [r for r in rows if host(r) == host_of_variants]
     parts = []
     for variant, name in (("", "mirrored"), ("plain", "plain")):
