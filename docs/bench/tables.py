@@ -426,12 +426,8 @@ def es_openai_summary() -> list:
 
 
 def throughput_rows(script: str, env: str) -> list:
-    """The newest day's rows of throughput.py SCRIPT on env (or of the command it replaced)."""
-    rows = [
-        r
-        for r in read("throughput.csv", env=env)
-        if r["bench"] in (f"throughput.py {script}", script.replace(".py", "_throughput.py"))
-    ]
+    """The newest day's rows of throughput.py SCRIPT on env."""
+    rows = read("throughput.csv", bench=f"throughput.py {script}", env=env)
     newest = max(r["date"][:10] for r in rows)
     return [r for r in rows if r["date"][:10] == newest]
 
@@ -554,7 +550,14 @@ def ars_bipedalwalker_screens() -> list:
     for r in rows:
         if r["flags"]:
             screens.setdefault((r["variant"], r["flags"], host(r)), []).append(r)
+    sys.path.insert(0, ROOT)
+    import ars
+
+    options = set(re.findall(r"--[a-z-]+", ars.build_parser().format_help()))
     for (variant, flags, where), group in screens.items():
+        gone = [flag for flag in re.findall(r"--[a-z-]+", flags) if flag not in options]
+        if gone:
+            flags += f" ({', '.join(gone)}: an option since removed)"
         seeds = []
         signs = []  # per seed: True if fewer steps than the preset's, False if more, None unknown
         for r in sorted(group, key=seed_key):

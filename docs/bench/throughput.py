@@ -154,14 +154,14 @@ def main():
     if a.repeats < 1:
         p.error("--repeats must be at least 1")
     module = importlib.import_module(a.script[:-3])
+    with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every worker too
+        __import__("mujoco").set_mju_user_warning(lambda message: None)
     err = io.StringIO()
     try:  # the script's own refusal of the environment, as this command's one line
         with contextlib.redirect_stderr(err):
             module.configure(module.parse(["--env", a.env]))
     except SystemExit:
         p.error(err.getvalue().strip().split("error: ", 1)[-1].removesuffix(" (see --help)"))
-    with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every worker too
-        __import__("mujoco").set_mju_user_warning(lambda message: None)
     names = ["bare loop", "1 worker", "per-core ratio", "bare loop, 2 processes", "2 workers"]
     names += ["2 workers over 1", "paired: 1 worker", "bare loop beside it", "paired ratio"]
     print("| repetition | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 1) + "|")
