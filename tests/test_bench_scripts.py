@@ -89,6 +89,9 @@ def test_plot_runs_draws_a_setting_as_its_seeds_mean_and_range(tmp_path, capsys)
     png = tmp_path / "runs.png"
     plot_runs.main([*map(str, [*dirs, other]), "-o", str(png)])
     assert png.read_bytes()[:4] == b"\x89PNG" and "2 curves from 4 runs" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:  # a folder that is not there: one line, nothing written
+        plot_runs.main([str(other), "-o", str(tmp_path / "no" / "such.png")])
+    assert stop.value.code == 2 and "cannot write" in capsys.readouterr().err
     out = subprocess.run(
         [sys.executable, os.path.join(BENCH, "plot_runs.py"), str(dirs[0]), str(tmp_path)],
         capture_output=True,

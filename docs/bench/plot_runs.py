@@ -104,8 +104,11 @@ def main(argv=None):
         ax.legend(loc="best", fontsize=8)
     axes[-1].set(xlabel="environment steps")
     fig.tight_layout()
-    fig.savefig(a.out + ".tmp.png", dpi=90)
-    os.replace(a.out + ".tmp.png", a.out)
+    try:  # whole or not at all
+        fig.savefig(a.out + ".tmp.png", dpi=90)
+        os.replace(a.out + ".tmp.png", a.out)
+    except OSError as e:
+        fail(f"cannot write {a.out} ({e.strerror})")
     print(f"{a.out}: {len(drawn)} curves from {len(runs)} runs")
 
 

@@ -79,7 +79,7 @@ def machine() -> dict:
         if name
         else "",
         simd=" ".join(f for f in ("avx2", "avx512f") if flags and f in flags.group(1).split()),
-        cores=len(os.sched_getaffinity(0)),
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M}",
         commit=git[0] + ("-dirty" if git[1] else ""),
     )  # dirty: files changed since that commit
