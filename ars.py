@@ -490,14 +490,16 @@ def start_ray(address):  # Ray is imported only for --ray: it stays optional
 
 
 class RayExecutor:  # Ray tasks as submit(fn, *args) -> Future; a lost worker's task runs again
+    retries = 3  # times a task runs again after its worker is lost
+
     def __init__(self, address):
         self.ray = start_ray(address)
-        self.remote = {}  # fn: its Ray task, spread over the nodes, run again up to 3 times
+        self.remote = {}  # fn: its Ray task, spread over the nodes
         ENVS.clear()  # Ray takes this file's globals by value: this process's own would travel
 
     def submit(self, fn, *args):  # a task run again gives the same result: a job names its seeds
         if fn not in self.remote:
-            options = dict(num_cpus=1, max_retries=3, scheduling_strategy="SPREAD")
+            options = dict(num_cpus=1, max_retries=self.retries, scheduling_strategy="SPREAD")
             self.remote[fn] = self.ray.remote(**options)(fn)
         return self.remote[fn].remote(*args).future()
 

@@ -27,6 +27,9 @@ def with_start_method(method: str, **more) -> dict:
 
 
 def pytest_configure(config):
+    # pytest-xdist from 3.8 would hand out the test files by their count of tests, not in the
+    # order of pytest_collection_modifyitems below
+    config.option.loadscopereorder = False
     # START_METHOD=spawn python -m pytest: the suite under another platform's start method, in
     # this process and in every Python it starts.
     if os.environ.get("START_METHOD"):
@@ -36,9 +39,26 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """The Ray tests run last: once Ray has started in a process, a process forked from it can crash
-    in Ray's code (Python 3.13: a SIGSEGV in GcsClient's destructor), and tests/test_ray.py starts
-    Ray once for all its tests."""
-    items.sort(key=lambda item: item.path.name == "test_ray.py")  # stable: else the same order
+    in Ray's code (Python 3.13: a SIGSEGV in GcsClient's destructor). Two files, each starting its
+    cluster once: one can run beside the other tests' last file, one beside the other."""
+    items.sort(key=lambda item: item.path.name.startswith("test_ray"))  # stable: the same order
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    """A head node and a second node, 2 CPUs each, as `ray start --head` and `ray start
+    --address` would make them on two machines; the test file's own functions go to Ray by value."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    c.add_node(num_cpus=2)
+    ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
+    c.wait_for_nodes()
+    ray.cloudpickle.register_pickle_by_value(request.module)  # its task helpers
+    yield c
+    ray.shutdown()
+    c.shutdown()
 
 
 @pytest.fixture

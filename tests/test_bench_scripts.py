@@ -67,14 +67,12 @@ def test_plot_runs_draws_a_setting_as_its_seeds_mean_and_range(tmp_path, capsys)
     import es_basic
 
     def run(*argv):
-        es_basic.main(["--iterations", "3", "--out-dir", str(tmp_path / "runs"), *argv])
-        return max((tmp_path / "runs").iterdir(), key=os.path.getmtime)
+        out = tmp_path / "runs" / "_".join(argv)  # a folder each: runs are named by the second
+        es_basic.main(["--iterations", "3", "--out-dir", str(out), *argv])
+        (run_dir,) = out.iterdir()
+        return run_dir
 
-    time.sleep(1)  # run directories are named by the second
-    dirs = []
-    for seed in ("0", "1", "2"):
-        dirs.append(run("--seed", seed))
-        time.sleep(1)
+    dirs = [run("--seed", seed) for seed in ("0", "1", "2")]
     other = run("--sigma", "0.05")
     runs = [plot_runs.read_run(str(d), "return_mean") for d in [*dirs, other]]
     (setting, seeds, steps, mean, low, high), second = plot_runs.curves(runs)

@@ -20,10 +20,8 @@ import pytest
 from conftest import (
     POSIX_ONLY,
     ROOT,
-    START_METHODS,
     left_in_session,
     refused,
-    with_start_method,
     workers_in,
 )
 
@@ -355,8 +353,8 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path, capsys):
 
 
 @contextlib.contextmanager
-def long_run(tmp_path, method):
-    """A long two-worker run in a session of its own, its workers started by `method`, yielded
+def long_run(tmp_path):
+    """A long two-worker run in a session of its own, yielded
     once iteration 3 is logged; afterwards, if the test failed, nothing of its session is left."""
     argv = ["--iterations", "100000", "--target-return", "1e9", "--workers", "2"]
     proc = subprocess.Popen(
@@ -365,7 +363,6 @@ def long_run(tmp_path, method):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env=with_start_method(method),
     )
     try:
         for line in proc.stdout:
@@ -395,17 +392,17 @@ def kept_files(tmp_path):
 
 
 @POSIX_ONLY
-@pytest.mark.parametrize("method", START_METHODS)
 @pytest.mark.parametrize(
     "stop", ["Ctrl-C", "a second Ctrl-C", "a killed worker", "a killed master"]
 )
-def test_a_stop_of_a_run_with_workers(tmp_path, stop, method):
+def test_a_stop_of_a_run_with_workers(tmp_path, stop):
     """Ctrl-C in a terminal reaches the whole process group: the workers ignore it, the master ends
     the run after its iteration (status 130), or at once on a second Ctrl-C. A worker killed mid-run
     (out of memory, kill -9): one line, status 1. A master killed with kill -9 cannot stop its
     workers (or the forkserver, or the resource tracker): they notice and end. No traceback, no
-    process left; after a Ctrl-C or a dead worker, the log, the last logged policy and the plot."""
-    with long_run(tmp_path, method) as proc:
+    process left; after a Ctrl-C or a dead worker, the log, the last logged policy and the plot.
+    Under the suite's start method (.ci/run runs it under each)."""
+    with long_run(tmp_path) as proc:
         if stop == "a killed worker":
             os.kill(workers_in(proc.pid)[0], signal.SIGKILL)
         elif stop == "a killed master":

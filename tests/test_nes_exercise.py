@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nes_checker
@@ -356,16 +355,6 @@ def test_a_students_exception_shows_the_students_line():
     status, message = nes_checker.run_part(ex, nes_checker.PARTS[1])
     assert status == "wrong" and "KeyError" in message and "nes_exercise.py, line" in message
     assert "sample_noise(policy, seed)['W3']" in message and "nes_checker" not in message
-
-
-@pytest.mark.usefixtures("fork_start")
-def test_the_solution_solves_cartpole_in_parallel_with_the_defaults():  # (loaded from its path)
-    ex = solved()
-    d = nes_runner.build_parser().parse_args([])  # the handout's defaults
-    hyper = dict(iterations=d.iterations, n_pairs=d.pairs, sigma=d.sigma, alpha=d.alpha)
-    with ProcessPoolExecutor(2) as executor:
-        mu = ex.train("CartPole-v1", executor, **hyper, target=d.target_return, log=lambda _: None)
-    assert ex.evaluate_mean(mu, "CartPole-v1", 100).mean() >= 475
 
 
 @pytest.mark.parametrize(

@@ -1,21 +1,18 @@
 """The Ray backend (--ray) of ars.py, es_openai.py and the exercise, on a two-node Ray cluster
-started on this machine: the results equal the local backend's; a worker or a node lost in a run
-is survived with the same results, or ends the run with one line and a checkpoint; a missing or
-unreachable Ray is one line. Without Ray installed only the missing-Ray cases run."""
+started on this machine: the results equal the local backend's, and the tasks use both nodes; a
+missing or unreachable Ray is one line (test_ray_faults.py: what a run survives). Without Ray
+installed only the missing-Ray cases run."""
 
 import os
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import nes_checker
 import numpy as np
 import pytest
-from conftest import left_in_session
 
 import ars
 import es_openai as eo
@@ -24,7 +21,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOLUTION = os.path.join(ROOT, "docs", "teacher", "nes_exercise_solution.py")
 try:
     import ray
-    from ray.cluster_utils import Cluster
 except ImportError:
     ray = None
 NEEDS_RAY = pytest.mark.skipif(ray is None, reason="Ray is not installed (pip install ray)")
@@ -52,20 +48,6 @@ ES_TINY = dict(
 ES_TINY.update(noise_size=200_000, seed=5)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A head node and a second node, 2 CPUs each, as `ray start --head` and `ray start
-    --address` would make them on two machines."""
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    c.add_node(num_cpus=2)
-    ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
-    c.wait_for_nodes()
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this file's task helpers
-    yield c
-    ray.shutdown()
-    c.shutdown()
-
-
 def node_of_a_second_task() -> str:
     time.sleep(1)  # long enough that the tasks submitted together run at once
     return ray.get_runtime_context().get_node_id()
@@ -91,29 +73,6 @@ def test_ars_on_a_two_node_cluster_equals_the_local_run_and_uses_both_nodes(clus
     assert len({future.result() for future in nodes}) == 2
 
 
-def crash_in_iteration_3(args, params, kind, k, job=ars.job):  # its worker dies in iteration 3
-    if params[0] == 2:
-        os._exit(1)
-    return job(args, params, kind, k)
-
-
-@NEEDS_RAY
-def test_ars_lost_worker_beyond_the_retries_stops_with_a_checkpoint(
-    cluster, tmp_path, monkeypatch, capsys
-):
-    monkeypatch.setattr(ars, "job", crash_in_iteration_3)
-    argv = ["--env", "Pendulum-v1", "--iterations", "4", "--n-directions", "4", "--top-b", "2"]
-    argv += ["--ray", "--workers", "2", "--out-dir", str(tmp_path), "--save-every", "1"]
-    with pytest.raises(SystemExit) as stop:
-        ars.main(argv)
-    assert stop.value.code == 1
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "stopped: a rollout failed" in lines[0], lines
-    (run_dir,) = tmp_path.iterdir()
-    with np.load(run_dir / "checkpoints" / "latest.npz") as ck:
-        assert int(ck["iteration"]) == 2  # the last finished iteration: --resume goes on from there
-
-
 @NEEDS_RAY
 def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     local = eo.train(parse(eo, **ES_TINY, workers=2, out_dir=tmp_path / "local"))
@@ -122,29 +81,6 @@ def test_es_on_a_two_node_cluster_equals_the_local_run(cluster, tmp_path):
     np.testing.assert_array_equal(local["theta"], remote["theta"])
     np.testing.assert_array_equal(local["ob_sum"], remote["ob_sum"])
     same_rows(local, remote)
-
-
-def crash_once_in(marker: str, work):
-    """es_openai.work, but the Ray worker that first runs it dies (marker: a file that says it
-    did), as a crash would: Ray must run the task again."""
-
-    def crashing(*args):
-        if not os.path.exists(marker):
-            open(marker, "w").close()
-            os._exit(1)
-        return work(*args)
-
-    return crashing
-
-
-@NEEDS_RAY
-def test_es_survives_a_killed_worker_with_the_same_results(cluster, tmp_path, monkeypatch):
-    expected = eo.train(parse(eo, **ES_TINY, workers=1, out_dir=tmp_path / "local"))
-    marker = str(tmp_path / "crashed")
-    monkeypatch.setattr(eo, "work", crash_once_in(marker, eo.work))
-    got = eo.train(parse(eo, **ES_TINY, workers=2, ray=True, out_dir=tmp_path / "ray"))
-    assert os.path.exists(marker)  # a worker died, and its task ran again
-    np.testing.assert_array_equal(expected["theta"], got["theta"])
 
 
 @NEEDS_RAY
@@ -176,63 +112,6 @@ def test_the_teachers_solution_runs_on_ray_from_another_folder(cluster, tmp_path
         [sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0 and "mean policy:" in out.stdout, out.stderr[-2000:]
-
-
-@NEEDS_RAY
-@pytest.mark.parametrize(
-    "script, own, extra",
-    [
-        ("ars.py", True, []),
-        ("es_openai.py", False, ["--noise-size", "100000", "--population", "8"]),
-    ],
-)
-def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(
-    cluster, tmp_path, script, own, extra
-):
-    """ray.init installs its own SIGTERM handler; the scripts keep theirs, which saves the run.
-    ars.py starts a Ray instance of its own (--ray-address local), whose processes must end with
-    it; es_openai.py joins the shared cluster."""
-    argv = [os.path.join(ROOT, script), "--env", "Pendulum-v1", "--ray", "--ray-address"]
-    argv += ["local" if own else cluster.address, "--workers", "2", "--iterations", "100000"]
-    proc = subprocess.Popen(
-        [sys.executable, *argv, "--out-dir", str(tmp_path), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    for line in proc.stdout:  # wait until a few iterations have run
-        if line.split()[0] in ("it", "gen") and int(line.split()[1]) >= 3:
-            break
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, err
-    (run_dir,) = tmp_path.iterdir()
-    with np.load(run_dir / "checkpoints" / "latest.npz") as ck:
-        assert int(ck["iteration"]) >= 2  # 3 shown
-    deadline = time.time() + 15  # Ray's own processes of this run exit too, within seconds
-    while left_in_session(proc.pid) and time.time() < deadline:
-        time.sleep(0.5)
-    assert left_in_session(proc.pid) == ""
-
-
-@NEEDS_RAY
-def test_a_lost_node_is_survived_when_the_cluster_has_room(cluster):
-    """A third node joins and is removed in the middle of a run: its tasks run again on the nodes
-    left, with the same results. (After the tests that count the CPUs.)"""
-    node = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    jobs = [("train", k) for k in range(64)]  # about a second of episodes: the node goes mid-run
-    params = (1, np.full((1, 3), 0.1), np.zeros(3), np.ones(3), 0.05)
-    args = parse(ars, env="Pendulum-v1", ray=True, workers=2)
-    pool = ars.make_pool(args)
-    before = ars.run_jobs(pool, args, params, jobs)
-    timer = threading.Timer(0.1, cluster.remove_node, (node,))
-    timer.start()
-    after = ars.run_jobs(pool, args, params, jobs)  # the lost node's tasks run on the others
-    timer.join()
-    assert all(after[k][0][:3] == before[k][0][:3] for k in range(64))
-    assert len(ray.nodes()) == 3 and sum(n["Alive"] for n in ray.nodes()) == 2
 
 
 @pytest.mark.parametrize(
