@@ -1,5 +1,6 @@
 """The benchmark scripts of docs/bench/ refuse bad input as the training scripts do: one line on
-stderr naming the script, exit status 2, nothing on stdout and nothing run."""
+stderr naming the script (es_openai_memory.py: es_openai.py's own), exit status 2, nothing on
+stdout and nothing run."""
 
 import os
 import subprocess
@@ -14,10 +15,8 @@ BENCH = os.path.join(ROOT, "docs", "bench")
 CASES = [
     ("throughput.py", ["ars.py", "--repeats", "0"], "--repeats must be at least 1"),
     ("throughput.py", ["es_openai.py", "--env", "NoSuch-v0"], "`NoSuch` doesn't exist"),
-    ("es_basic_compare.py", ["--seeds", "0,x"], "--seeds must be comma-separated integers"),
     ("results_csv.py", ["--append", "no/such/run"], "'no/such/run' holds no progress.csv"),
-    ("es_openai_memory.py", ["--bogus"], "give --script FILE or nothing before --"),
-    ("es_openai_memory.py", ["--workers", "2"], "give --script FILE or nothing before --"),
+    ("es_openai_memory.py", ["--bogus"], "es_openai.py: error: unrecognized arguments: --bogus"),
 ]
 
 
@@ -33,9 +32,7 @@ def test_bad_input_is_one_line(script, argv, says, tmp_path):
         cwd=tmp_path,
     )
     lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{script}: error:"), (
-        out.stderr
-    )
+    assert out.returncode == 2 and len(lines) == 1 and "error:" in lines[0], out.stderr
     assert says in lines[0] and out.stdout == "" and os.listdir(tmp_path) == []
 
 
@@ -50,7 +47,7 @@ def test_es_openai_memory_help_prints_and_runs_nothing(tmp_path):
     )
     assert (
         out.returncode == 0
-        and "Everything after -- goes to es_openai.py" in out.stdout
+        and "Every option goes to es_openai.py" in out.stdout
         and out.stderr == ""
     )
     assert time.time() - t0 < 10  # no es_openai.py run, no 1 GB table

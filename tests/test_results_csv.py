@@ -45,11 +45,11 @@ def test_a_row_reports_the_first_evaluation_or_confirmation_at_the_target(tmp_pa
         (40, 2560, 4000, 20.0, 320.0, "nan"),
     ]
     cfg = dict(env="BipedalWalker-v3", seed=3, target_return=300.0, nu=0.05, alpha=0.02)
-    cfg.update(run_dir="runs/BipedalWalker-v3__ars__3__20261125-002328")
-    cfg.update(versions={"git_commit": "abcdef0123"})
-    r = results_csv.row(write_run(tmp_path / "BipedalWalker-v3__ars__3__probe", cfg, rows))
+    r = results_csv.row(
+        write_run(tmp_path / "BipedalWalker-v3__ars__3__probe__20261125-002328", cfg, rows)
+    )
     assert (r["reached_iteration"], r["reached_env_steps"]) == ("20", "2000")  # no confirmation
-    assert (r["flags"], r["variant"], r["commit"]) == ("--nu 0.05", "probe", "abcdef0")
+    assert (r["flags"], r["variant"]) == ("--nu 0.05", "probe")
     assert (r["best_eval"], r["best_eval_iteration"], r["env_steps"]) == (320.0, "40", "4000")
     assert r["started"] == "2026-11-25 00:23"
     cfg["confirm_episodes"] = 100

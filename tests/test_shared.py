@@ -74,7 +74,8 @@ def digest(folder) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A finished one-iteration run directory of each script (ars.py's and es_openai.py's episodes of 20 steps: short GIFs)."""
+    """A finished one-iteration run directory of each script (ars.py's and es_openai.py's
+    episodes of 20 steps: short GIFs)."""
     out = {}
     for script in SCRIPTS:
         folder = tmp_path_factory.mktemp(script.replace(".py", ""))

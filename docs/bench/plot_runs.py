@@ -27,8 +27,10 @@ def fail(message: str):  # a mistake on the command line: one line, exit status 
     sys.exit(2)
 
 
-def read_run(run_dir: str, column: str) -> tuple:
-    """(its setting as a dict, env_steps, the column), the rows where the column has a value."""
+def read_run(run_dir: str, column: str, by_name=False) -> tuple:
+    """(its setting as a dict, env_steps, the column), the rows where the column has a value.
+    by_name: the setting is the folder's name without the seed and start (docs/results/curves/:
+    `<env>__<script>__<seed>[__<variant>][__<start>]`), not the options of its config.json."""
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
             config = json.load(f)
@@ -39,6 +41,10 @@ def read_run(run_dir: str, column: str) -> tuple:
     except (OSError, ValueError, KeyError) as e:  # not a run directory, or not this column
         fail(f"cannot read the run {run_dir} ({type(e).__name__}: {e})")
     setting = {key: value for key, value in config.items() if key not in NOT_SETTING}
+    if by_name:
+        env, script, _, *variant = os.path.basename(os.path.normpath(run_dir)).split("__")
+        variant = [v for v in variant if not (len(v) == 15 and v[8] == "-")]  # not a start
+        setting = dict(env=env, script=f"{script}.py", variant="__".join(variant) or "default")
     ok = ~np.isnan(values)
     return setting, steps[ok], values[ok]
 
@@ -63,16 +69,14 @@ def label(setting: dict, settings: list) -> str:  # the script and the options t
     same = [s for s in settings if s.get("env") == setting.get("env")]
     differ = [k for k in setting if len({json.dumps(s.get(k)) for s in same}) > 1]
     options = []
-    for key in differ:
+    for key in (k for k in differ if k != "script"):
         flag, value = "--" + key.replace("_", "-"), setting[key]
-        if key != "script":
-            options.append(
-                flag
-                if value is True
-                else f"--no-{flag[2:]}"
-                if value is False
-                else f"{flag} {value}"
-            )
+        if key == "variant":  # (by_name)
+            options.append(value)
+        elif isinstance(value, bool):
+            options.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            options.append(f"{flag} {value}")
     return " ".join([setting.get("script", "?"), *options])
 
 
@@ -82,8 +86,9 @@ def main(argv=None):
     p.add_argument("-o", "--out", default="runs.png", help="the PNG to write (default runs.png)")
     p.add_argument("--column", default="return_mean", help="of progress.csv (default return_mean)")
     p.add_argument("--title", default="", help="the figure's title")
+    p.add_argument("--by-name", action="store_true", help="settings by folder name, as in curves/")
     a = p.parse_args(argv)
-    runs = [read_run(run_dir, a.column) for run_dir in a.runs]
+    runs = [read_run(run_dir, a.column, a.by_name) for run_dir in a.runs]
     if not all(len(steps) for _, steps, _ in runs):
         fail(f"a run has no row with a {a.column}")
 

@@ -27,25 +27,11 @@ import sys
 from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, "docs", "results")
 sys.path.insert(0, ROOT)
-NOT_FLAGS = {
-    "env",
-    "seed",
-    "iterations",
-    "out_dir",
-    "workers",
-    "save_every",
-    "target_return",
-    "resume",
-    "play",
-    "episodes",
-    "video",
-    "video_every",
-    "ray",
-    "ray_address",
-    "lockstep",
-    "evaluate_snapshots",
-}
+# Options that are not part of a run's setting (where it runs, how long, what it films).
+NOT_FLAGS = set("env seed iterations out_dir workers save_every target_return resume play".split())
+NOT_FLAGS |= set("episodes video video_every ray ray_address lockstep evaluate_snapshots".split())
 COLUMNS = (
     "script env seed variant flags processor simd cores started commit target reached_iteration "
     "reached_episodes reached_env_steps reached_wall_time_s confirm_return "
@@ -85,9 +71,7 @@ def machine() -> dict:
     )  # dirty: files changed since that commit
 
 
-def append(
-    name: str, rows: list, columns: list, out: str = os.path.join(ROOT, "docs", "results")
-) -> str:
+def append(name: str, rows: list, columns: list, out: str = RESULTS) -> str:
     """Add rows to docs/results/<name>, with the header if the file is new; returns the path."""
     path = os.path.join(out, name)
     new = not os.path.exists(path)
@@ -104,109 +88,81 @@ def append(
     return path
 
 
-def norm(
-    value,
-) -> str:  # (64, 64) or [64, 64] -> '64,64', as config.json's lists are compared below
+def norm(value) -> str:  # (64, 64) or [64, 64] -> '64,64', as config.json's lists are compared
     return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
 
 
 def row(run_dir: str, variant: str = None) -> dict:
-    """The CSV row of one run directory."""
+    """The CSV row of one run directory `<env>__<script>__<seed>[__<variant>][__<start>]`: its
+    flags (those that differ from today's preset), where it reached its target, its best
+    evaluation and totals; the machine's columns empty (appended() fills them)."""
     env, script, seed, *rest = os.path.basename(os.path.normpath(run_dir)).split("__")
     stamp = rest.pop() if rest and re.fullmatch(r"\d{8}-\d{6}", rest[-1]) else ""
-    variant = rest if variant is None else [variant]
     cfg = json.loads(Path(run_dir, "config.json").read_text())
     with open(os.path.join(run_dir, "progress.csv")) as f:
         rows = list(csv.DictReader(f))
-    generic, presets = (
-        (module := importlib.import_module(script)).GENERIC,
-        module.PRESETS,
-    )  # today's preset
+    module = importlib.import_module(script)
     defaults = {
         k: v for k, v in vars(module.build_parser().parse_args([])).items() if v is not None
     }
-    preset = {**defaults, **generic, **presets.get(env, {})}
+    preset = {**defaults, **module.GENERIC, **module.PRESETS.get(env, {})}
     flags = [
         (f"--{k}" if cfg[k] else f"--no-{k}").replace("_", "-")
         if isinstance(cfg[k], bool)
         else f"--{k.replace('_', '-')} {cfg[k]}"
         for k in sorted(preset)
-        if k not in NOT_FLAGS
-        and k in cfg
-        and cfg[k] is not None
-        and str(cfg[k]).replace(" ", "").strip("[]") != norm(preset[k])
+        if k not in NOT_FLAGS and cfg.get(k) is not None and norm(cfg[k]) != norm(preset[k])
     ]
-    versions = cfg.get("versions") or cfg  # the runs before 2026-11-27 kept these in "versions"
-    simd = versions.get("simd") or (["avx512f"] if cfg.get("avx512") else [])
     target = cfg.get("target_return")
-    evals = [
-        (r, number(r["eval_return_mean"]))
-        for r in rows
-        if not math.isnan(number(r["eval_return_mean"]))
-    ]
+    evals = [(r, number(r["eval_return_mean"])) for r in rows]
+    evals = [(r, e) for r, e in evals if not math.isnan(e)]
     if cfg.get("confirm_episodes"):  # solved once K fresh episodes confirm the evaluation (ars.py)
-        reached = next(
-            (
-                r
-                for r in rows
-                if target is not None and number(r.get("confirm_return_mean", "")) >= target
-            ),
-            None,
-        )
+        at = [r for r in rows if number(r.get("confirm_return_mean", "")) >= (target or math.inf)]
     else:
-        reached = next((r for r, e in evals if target is not None and e >= target), None)
-    best = max(evals, key=lambda x: x[1]) if evals else None
-    stamp = stamp or str(cfg.get("run_dir", "")).rsplit("__", 1)[-1]  # YYYYmmdd-HHMMSS
-    played = os.path.join(run_dir, "play.txt")
-    play = (
-        re.search(r"mean return (\S+) \+- (\S+) over (\d+) episodes", Path(played).read_text())
-        if os.path.exists(played)
-        else None
+        at = [r for r, e in evals if e >= (target if target is not None else math.inf)]
+    reached = at[0] if at else {}
+    best = max(evals, key=lambda x: x[1]) if evals else ({}, "")
+    played = Path(run_dir, "play.txt")
+    play = played.exists() and re.search(
+        r"mean return (\S+) \+- (\S+) over (\d+) episodes", played.read_text()
     )
     last = rows[-1]
     return dict(
         script=f"{script}.py",
         env=env,
         seed=int(seed),
-        variant="__".join(variant),
+        variant="__".join(rest) if variant is None else variant,
         flags=" ".join(flags),
-        processor=versions.get("processor", ""),
-        simd=" ".join(simd),
-        cores=versions.get("cores", ""),  # recorded in config.json since 2026-11-27
+        processor="",
+        simd="",
+        cores="",
         started=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}"
-        if len(stamp) == 15
+        if stamp
         else "",
-        commit=(versions.get("git_commit") or cfg.get("git_commit") or "")[:7],
+        commit="",
         target="" if target is None else target,
-        reached_iteration=reached["iteration"] if reached else "",
-        reached_episodes=reached["episodes"] if reached else "",
-        reached_env_steps=reached["env_steps"] if reached else "",
-        reached_wall_time_s=reached["wall_time_s"] if reached else "",
-        confirm_return=reached.get("confirm_return_mean", "")
-        if reached and reached.get("confirm_return_mean", "nan") != "nan"
-        else "",
+        **{f"reached_{k}": reached.get(k, "") for k in ("iteration", "episodes", "env_steps")},
+        reached_wall_time_s=reached.get("wall_time_s", ""),
+        confirm_return=reached.get("confirm_return_mean", "").replace("nan", ""),
         play_return=play.group(1) if play else "",
         play_std=play.group(2) if play else "",
         play_episodes=play.group(3) if play else "",
-        best_eval=round(best[1], 2) if best else "",
-        best_eval_iteration=best[0]["iteration"] if best else "",
+        best_eval=round(best[1], 2) if evals else "",
+        best_eval_iteration=best[0].get("iteration", ""),
         iterations=last["iteration"],
-        episodes=last["episodes"],
-        env_steps=last["env_steps"],
-        wall_time_s=last["wall_time_s"],
+        **{k: last[k] for k in ("episodes", "env_steps", "wall_time_s")},
     )
 
 
 def appended(run_dir: str, variant: str = None) -> dict:
-    """The row of a run that just ended here: processor and SIMD of this machine, and its cores
-    and commit if the run's config.json does not have them (es_basic.py's never has)."""
+    """The row of a run that just ended here, with this machine's processor, SIMD, cores and
+    commit."""
     here = machine()
-    r = row(run_dir, variant)
-    r.update(processor=here["processor"], simd=here["simd"])
-    for key in ("cores", "commit"):
-        if r[key] == "":
-            r[key] = here[key]
-    return r
+    return dict(
+        row(run_dir, variant),
+        **{k: here[k] for k in ("processor", "simd", "cores")},
+        commit=here["commit"],
+    )
 
 
 def family(r: dict) -> str:
@@ -226,9 +182,13 @@ def family(r: dict) -> str:
 CURVE = ("iteration", "episodes", "env_steps", "return_mean", "eval_return_mean")
 
 
-def keep_curve(run_dir: str, out: str = os.path.join(ROOT, "docs", "results")) -> str:
-    """docs/results/curves/<run>/: the run's config.json and its learning curve, returns rounded."""
-    folder = os.path.join(out, "curves", os.path.basename(os.path.normpath(run_dir)))
+def keep_curve(run_dir: str, out: str = RESULTS, variant: str = "") -> str:
+    """docs/results/curves/<run>/: the run's config.json and its learning curve, returns rounded;
+    <run> is the run directory's name, with the variant after the seed if it has none."""
+    name = os.path.basename(os.path.normpath(run_dir)).split("__")
+    if variant and variant not in name:
+        name.insert(3, variant)
+    folder = os.path.join(out, "curves", "__".join(name))
     os.makedirs(folder, exist_ok=True)
     Path(folder, "config.json").write_text(Path(run_dir, "config.json").read_text())
     with open(os.path.join(run_dir, "progress.csv"), newline="") as f:
@@ -249,7 +209,7 @@ def main():
     p.error = lambda message: p.exit(2, f"results_csv.py: error: {message}\n")
     p.add_argument("--append", nargs="+", metavar="RUN_DIR", required=True, help="the runs")
     p.add_argument("--variant", help="the rows' variant (default: from the folder name)")
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "results"), help=argparse.SUPPRESS)
+    p.add_argument("--out", default=RESULTS, help=argparse.SUPPRESS)
     a = p.parse_args()
     for run_dir in a.append:  # every row made before any is written
         log = os.path.join(run_dir, "progress.csv")
@@ -257,7 +217,7 @@ def main():
             p.error(f"'{run_dir}' holds no progress.csv with a row")
     for run_dir, r in [(run_dir, appended(run_dir, a.variant)) for run_dir in a.append]:
         print(f"{append(family(r), [r], COLUMNS, a.out)}: {r['env']} seed {r['seed']}")
-        print(f"{keep_curve(run_dir, a.out)}: its learning curve")
+        print(f"{keep_curve(run_dir, a.out, r['variant'])}: its learning curve")
 
 
 if __name__ == "__main__":

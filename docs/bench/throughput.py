@@ -34,16 +34,8 @@ sys.path.insert(0, ROOT)
 NO_EVAL = ["--eval-every", "1000000", "--eval-episodes", "1"]
 TRAINING = {  # a short training with no evaluation
     "es_basic.py": ["--iterations", "6", *NO_EVAL],
-    "ars.py": ["--iterations", "10", "--n-directions", "8", "--top-b", "8", *NO_EVAL],
-    "es_openai.py": [
-        "--iterations",
-        "6",
-        "--population",
-        "40",
-        "--noise-size",
-        "10000000",
-        *NO_EVAL,
-    ],
+    "ars.py": "--iterations 10 --n-directions 8 --top-b 8".split() + NO_EVAL,
+    "es_openai.py": "--iterations 6 --population 40 --noise-size 10000000".split() + NO_EVAL,
 }
 FACTORY = {"es_basic.py": "new_env", "ars.py": "make_env", "es_openai.py": "make_env"}
 
