@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# Installs requirements.txt into a fresh virtualenv of each Python given and runs the test suite there,
-# in a checkout of HEAD (README, "Set-up"). `--only-binary=:all:` makes pip refuse any package it would have to build, so a
-# clean install proves that no compiler is needed on that Python.
-#   bash docs/bench/python_versions.sh PYTHON [PYTHON ...]
-#   bash docs/bench/python_versions.sh ~/.pyenv/versions/3.10.13/bin/python ~/.pyenv/versions/3.12.1/bin/python
-# RAY=1 also installs Ray, as .ci/run does, so that tests/test_ray.py runs instead of skipping.
-# Each Python becomes a row of docs/results/python_versions.csv: the versions installed and pytest's summary.
+# Installs requirements.txt into a fresh virtualenv of each Python given, from binary wheels only
+# (--only-binary=:all:: no compiler needed), and runs the tests there in a checkout of HEAD; each
+# Python becomes a row of docs/results/python_versions.csv (the versions installed, pytest's
+# summary). RAY=1 also installs Ray, as .ci/run does, so that the Ray tests run, not skip.
+#   bash docs/bench/python_versions.sh ~/.pyenv/versions/3.11.7/bin/python python3.13 ...
 set -u
 [ $# -ge 1 ] || { echo "usage: bash docs/bench/python_versions.sh PYTHON [PYTHON ...]" >&2; exit 2; }
 pythons=()

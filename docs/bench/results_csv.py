@@ -1,16 +1,13 @@
 """One CSV row per benchmark run: what ran (script, env, seed, the flags that differ from the
 preset, processor, start, commit) and what it reached (its target: the first evaluation at it, or
 with --confirm-episodes the first confirmation; the best evaluation; the --play return; the totals).
-The run's learning curve goes to docs/results/curves/<run>/ (config.json and four columns of
-progress.csv), which docs/bench/plot_runs.py draws.
 
     python docs/bench/results_csv.py --append RUN_DIR ... [--variant V]  # rows to docs/results/
 
 A run directory is `<env>__<script>__<seed>[__<variant>][__<start>]` with its config.json,
-progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s output). The rows
-go to docs/results/<script>_<family>.csv: es_basic.py's solves; for the others BipedalWalker-v3
-apart, the MuJoCo tasks together. The benchmark scripts also import `machine` and `append`
-from here.
+progress.csv and, if the benchmark played the final policy, play.txt (`--play`'s output). The row
+goes to docs/results/<script>_<family>.csv, the learning curve to docs/results/curves/<run>/
+(config.json and four columns of progress.csv, which docs/bench/plot_runs.py draws).
 """
 
 import argparse
@@ -102,10 +99,9 @@ def row(run_dir: str, variant: str = None) -> dict:
     with open(os.path.join(run_dir, "progress.csv")) as f:
         rows = list(csv.DictReader(f))
     module = importlib.import_module(script)
-    defaults = {
-        k: v for k, v in vars(module.build_parser().parse_args([])).items() if v is not None
-    }
-    preset = {**defaults, **module.GENERIC, **module.PRESETS.get(env, {})}
+    preset = vars(module.build_parser().parse_args([]))
+    preset = {k: v for k, v in preset.items() if v is not None} | module.GENERIC
+    preset |= module.PRESETS.get(env, {})
     flags = [
         (f"--{k}" if cfg[k] else f"--no-{k}").replace("_", "-")
         if isinstance(cfg[k], bool)
@@ -114,12 +110,13 @@ def row(run_dir: str, variant: str = None) -> dict:
         if k not in NOT_FLAGS and cfg.get(k) is not None and norm(cfg[k]) != norm(preset[k])
     ]
     target = cfg.get("target_return")
+    goal = math.inf if target is None else target
     evals = [(r, number(r["eval_return_mean"])) for r in rows]
     evals = [(r, e) for r, e in evals if not math.isnan(e)]
     if cfg.get("confirm_episodes"):  # solved once K fresh episodes confirm the evaluation (ars.py)
-        at = [r for r in rows if number(r.get("confirm_return_mean", "")) >= (target or math.inf)]
+        at = [r for r in rows if number(r.get("confirm_return_mean", "")) >= goal]
     else:
-        at = [r for r, e in evals if e >= (target if target is not None else math.inf)]
+        at = [r for r, e in evals if e >= goal]
     reached = at[0] if at else {}
     best = max(evals, key=lambda x: x[1]) if evals else ({}, "")
     played = Path(run_dir, "play.txt")
@@ -159,9 +156,7 @@ def appended(run_dir: str, variant: str = None) -> dict:
     commit."""
     here = machine()
     return dict(
-        row(run_dir, variant),
-        **{k: here[k] for k in ("processor", "simd", "cores")},
-        commit=here["commit"],
+        row(run_dir, variant), **{k: here[k] for k in "processor simd cores commit".split()}
     )
 
 
@@ -169,14 +164,9 @@ def family(r: dict) -> str:
     """The CSV of a row: es_basic.py's solves; BipedalWalker-v3; the MuJoCo v5 tasks; the rest
     (ars.py's generic defaults)."""
     if r["script"] == "es_basic.py":
-        kind = "solves"
-    elif r["env"].startswith("BipedalWalker"):
-        kind = "bipedalwalker"
-    elif r["env"].endswith("-v5"):
-        kind = "mujoco"
-    else:
-        kind = "generic"
-    return f"{r['script'][:-3]}_{kind}.csv"
+        return "es_basic_solves.csv"
+    kind = "mujoco" if r["env"].endswith("-v5") else "generic"
+    return f"{r['script'][:-3]}_{'bipedalwalker' if 'BipedalWalker' in r['env'] else kind}.csv"
 
 
 CURVE = ("iteration", "episodes", "env_steps", "return_mean", "eval_return_mean")

@@ -27,14 +27,10 @@ BLOCK = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- end table -->)", re.S)
 SAME = "reached_iteration reached_env_steps best_eval best_eval_iteration env_steps".split()
 # The papers' figures: ARS's Table 1 (episodes of V2-t to the threshold), ES's Table 3 (env steps
 # to TRPO's score after 5 M steps).
-PAPER = {
-    ("ars.py", "Swimmer-v5"): "427 episodes (Table 1, V2-t)",
-    ("ars.py", "Hopper-v5"): "1,973 episodes (Table 1, V2-t)",
-    ("ars.py", "HalfCheetah-v5"): "1,707 episodes (Table 1, V2-t)",
-    ("es_openai.py", "HalfCheetah-v5"): "2.88 M steps (Table 3)",
-    ("es_openai.py", "Hopper-v5"): "31.60 M steps (Table 3)",
-    ("es_openai.py", "Swimmer-v5"): "1.39 M steps (Table 3)",
-}
+ARS_TABLE_1 = {"Swimmer-v5": "427", "Hopper-v5": "1,973", "HalfCheetah-v5": "1,707"}
+ES_TABLE_3 = {"HalfCheetah-v5": "2.88", "Hopper-v5": "31.60", "Swimmer-v5": "1.39"}
+PAPER = {("ars.py", env): f"{n} episodes (Table 1, V2-t)" for env, n in ARS_TABLE_1.items()}
+PAPER |= {("es_openai.py", env): f"{n} M steps (Table 3)" for env, n in ES_TABLE_3.items()}
 
 
 def read(name: str, **match) -> list:
@@ -185,12 +181,6 @@ def spread(values: list) -> str:
     return f" ({values[0]:.1f} to {values[-1]:.1f})" if len(values) > 1 else ""
 
 
-def newest_full_group(rows: list, seeds=range(3)) -> list:
-    """The rows of the host and variant that ran every seed in seeds, the newest of those."""
-    full = [g for g in groups(rows, "variant").values() if {seed(r) for r in g} >= set(seeds)]
-    return max(full, key=lambda g: max(r["started"] for r in g))
-
-
 def largest_group(rows: list) -> list:
     """The rows of the host and variant with the most seeds, the newest of equal ones."""
     return max(
@@ -201,13 +191,13 @@ def largest_group(rows: list) -> list:
 def es_basic_tasks() -> list:
     tasks = []
     for env, target in (("CartPole-v1", 475), ("LunarLander-v3", 200)):
-        rows = newest_full_group(read("es_basic_solves.csv", env=env, variant="", flags=""))
+        rows = largest_group(read("es_basic_solves.csv", env=env, variant="", flags=""))
         tasks.append((f"`python es_basic.py --env {env}`, to {target}", "", rows, *EPISODES))
     return tasks
 
 
 def ars_tasks() -> list:
-    walker = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
+    walker = largest_group(read("ars_bipedalwalker.csv", flags=""))
     name = "`python ars.py --env BipedalWalker-v3`, to a confirmed 300"
     tasks = [(name, "", walker, "reached_env_steps", "steps")]
     for env in ("Swimmer-v5", "Hopper-v5", "HalfCheetah-v5"):
@@ -229,18 +219,6 @@ def es_openai_tasks() -> list:
 EPISODES = ("reached_episodes", "episodes")
 
 
-def es_basic_summary() -> list:
-    return compact(es_basic_tasks())
-
-
-def ars_summary() -> list:
-    return compact(ars_tasks())
-
-
-def es_openai_summary() -> list:
-    return compact(es_openai_tasks())
-
-
 def glance() -> list:
     """README.md: the study pages' tables in one, and the exercise's line."""
     exercise = exercise_rows()
@@ -255,29 +233,9 @@ def glance() -> list:
     ]
 
 
-def es_basic_solves() -> list:
-    return record("es_basic_solves.csv", *EPISODES)
-
-
-def ars_thresholds() -> list:
-    return record("ars_mujoco.csv", *EPISODES)
-
-
-def ars_generic() -> list:
-    return record("ars_generic.csv", *EPISODES)
-
-
-def es_openai_anchors() -> list:
-    return record("es_openai_mujoco.csv")
-
-
-def ars_bipedalwalker_screens() -> list:
-    return record("ars_bipedalwalker.csv")
-
-
 def ars_bipedalwalker() -> list:
     """results/README.md: the default command on BipedalWalker-v3, seeds 0-11, a row each."""
-    rows = newest_full_group(read("ars_bipedalwalker.csv", flags=""), seeds=range(12))
+    rows = largest_group(read("ars_bipedalwalker.csv", flags=""))
     lines = [
         "| seed | solved at iteration (a confirmed 300) | training episodes | env steps "
         "| wall time | confirmation, 100 fresh episodes | best 20-episode screen (iteration) |",
@@ -340,13 +298,8 @@ def ars_triples() -> list:
 
 def exercise_rows() -> list:
     """The rows of nes_exercise.csv of the newest commit that ran seeds 0-9."""
-    rows = read("nes_exercise.csv")
-    full = [c for c in dict.fromkeys(r["commit"] for r in rows) if len(read_commit(rows, c)) >= 10]
-    return read_commit(rows, full[-1])
-
-
-def read_commit(rows: list, commit: str) -> list:
-    return [r for r in rows if r["commit"] == commit]
+    commits = [r["commit"] for r in read("nes_exercise.csv")]
+    return read("nes_exercise.csv", commit=[c for c in commits if commits.count(c) >= 10][-1])
 
 
 def nes_exercise_seeds() -> list:
@@ -412,14 +365,6 @@ def throughput(script: str, env: str) -> str:
     )
 
 
-def throughput_ars() -> list:
-    return [throughput("ars.py", "HalfCheetah-v5"), "", throughput("ars.py", "BipedalWalker-v3")]
-
-
-def throughput_es_openai() -> list:
-    return [throughput("es_openai.py", "HalfCheetah-v5")]
-
-
 def memory() -> list:
     """results/README.md: every run of es_openai_memory.py, the peak PSS of all processes."""
     lines = ["| script | options | peak PSS | processes | host, day |", "|---|---|---|---|---|"]
@@ -434,8 +379,8 @@ def memory() -> list:
 
 def python_versions() -> list:
     """README.md: the newest run of python_versions.sh (its commit), a row per Python."""
-    rows = read("python_versions.csv")
-    rows = read_commit(rows, max(rows, key=lambda r: r["date"])["commit"])
+    newest = max(read("python_versions.csv"), key=lambda r: r["date"])
+    rows = read("python_versions.csv", commit=newest["commit"])
     pythons = sorted((r["python"] for r in rows), key=lambda v: [int(x) for x in v.split(".")])
     passed = not any(re.search(r"\d+ (failed|errors?)\b", r["tests"]) for r in rows)
     ray = "with Ray" if all(r["ray"] == "1" for r in rows) else "without Ray (its tests skipped)"
@@ -450,15 +395,24 @@ def python_versions() -> list:
     ]
 
 
-TABLES = {
-    f.__name__: f
-    for f in (
-        *(glance, python_versions, es_basic_summary, ars_summary, es_openai_summary),
-        *(es_basic_solves, ars_bipedalwalker, ars_bipedalwalker_screens, ars_thresholds),
-        *(ars_triples, ars_generic, es_openai_anchors, throughput_ars, throughput_es_openai),
-        *(memory, nes_exercise_seeds),
-    )
-}
+TABLES = {f.__name__: f for f in (glance, python_versions, ars_bipedalwalker, ars_triples)}
+TABLES |= {f.__name__: f for f in (memory, nes_exercise_seeds)}
+TABLES |= dict(  # a study page's compact table; the record of a CSV; throughput
+    es_basic_summary=lambda: compact(es_basic_tasks()),
+    ars_summary=lambda: compact(ars_tasks()),
+    es_openai_summary=lambda: compact(es_openai_tasks()),
+    es_basic_solves=lambda: record("es_basic_solves.csv", *EPISODES),
+    ars_thresholds=lambda: record("ars_mujoco.csv", *EPISODES),
+    ars_generic=lambda: record("ars_generic.csv", *EPISODES),
+    ars_bipedalwalker_screens=lambda: record("ars_bipedalwalker.csv"),
+    es_openai_anchors=lambda: record("es_openai_mujoco.csv"),
+    throughput_ars=lambda: [
+        throughput("ars.py", "HalfCheetah-v5"),
+        "",
+        throughput("ars.py", "BipedalWalker-v3"),
+    ],
+    throughput_es_openai=lambda: [throughput("es_openai.py", "HalfCheetah-v5")],
+)
 
 
 def relink(body: str, page: str) -> str:

@@ -154,9 +154,6 @@ def main():
             module.configure(module.parse(["--env", a.env]))
     except SystemExit:
         p.error(err.getvalue().strip().split("error: ", 1)[-1].removesuffix(" (see --help)"))
-    names = ["bare loop", "1 worker", "per-core ratio", "bare loop, 2 processes", "2 workers"]
-    names += ["2 workers over 1", "paired: 1 worker", "bare loop beside it", "paired ratio"]
-    print("| repetition | " + " | ".join(names) + " |\n" + "|---" * (len(names) + 1) + "|")
     with tempfile.TemporaryDirectory() as folder:
         train(module, a.script, a.env, 1, record=folder)
         for repetition in range(1, a.repeats + 1):
@@ -180,10 +177,12 @@ def main():
                 dict(here, run=r, workers=w, value=round(v, 1), unit="steps/s") for r, w, v in runs
             ]
             append("throughput.csv", rows, THROUGHPUT)
-            cells = [bare1, one, one / bare1, bare2, two, two / one, one_beside, bare_beside]
-            cells.append(one_beside / bare_beside)
-            shown = [f"{c:,.0f}" if c > 10 else f"{c:.2f}" for c in cells]
-            print(f"| {repetition} | " + " | ".join(shown) + " |", flush=True)
+            print(
+                f"repetition {repetition}: per-core ratio {one / bare1:.2f}, side by side "
+                f"{one_beside / bare_beside:.2f}, 2 workers over 1 {two / one:.2f}x, two bare "
+                f"loops over one {bare2 / bare1:.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
