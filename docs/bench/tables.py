@@ -284,7 +284,7 @@ def ars_triples() -> list:
     ]
     for env in ("HalfCheetah-v5", "Hopper-v5", "Swimmer-v5"):
         paper = PAPER["ars.py", env]
-        rows = read("ars_mujoco.csv", env=env, variant="avx512")
+        rows = largest_group(read("ars_mujoco.csv", env=env, variant="avx512"))
         values = [float(r["reached_episodes"] or math.inf) for r in rows]
         c = triple_counts(values, float(paper.split()[0].replace(",", "")))
         n, t = len(values), c["triples"]
