@@ -1,6 +1,5 @@
-"""--ray without Ray installed, or with an address where no cluster answers: one line at once,
-nothing written; a Ray client URL passes the check. No Ray cluster is started here, so these run
-beside the other tests, not after them."""
+"""--ray without Ray, or with an address where no cluster answers: one line at once, nothing
+written; a Ray client URL passes the check. No cluster here: these run beside the other files."""
 
 import os
 import socket
