@@ -46,13 +46,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="module")
 def cluster(request):
-    """A head node and a second node, 2 CPUs each, as `ray start --head` and `ray start
-    --address` would make them on two machines; the test file's own functions go to Ray by value."""
+    """A head node and a second node (the file's NODES: 1, the head only), 2 CPUs each, as `ray
+    start --head` and `ray start --address` would make them on two machines; the test file's own
+    functions go to Ray by value."""
     import ray
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    c.add_node(num_cpus=2)
+    if getattr(request.module, "NODES", 2) == 2:
+        c.add_node(num_cpus=2)
     ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
     c.wait_for_nodes()
     ray.cloudpickle.register_pickle_by_value(request.module)  # its task helpers

@@ -1,4 +1,4 @@
-"""What Ray survives in a run of ars.py or es_openai.py, on a two-node cluster started on this
+"""What Ray survives in a run of ars.py or es_openai.py, on a Ray cluster started on this
 machine: a lost worker (its task runs again, the same results; beyond the retries, one line and a
 checkpoint), a lost node, and a SIGTERM (ray.init's own handler must not replace the script's)."""
 
@@ -20,6 +20,7 @@ try:
     import ray
 except ImportError:
     ray = None
+NODES = 1  # the cluster's head alone; the lost node's test adds one
 pytestmark = pytest.mark.skipif(  # Ray's multi-node test cluster (cluster_utils): Linux and macOS
     sys.platform == "win32", reason="Ray's test cluster does not run on Windows"
 )
@@ -98,8 +99,8 @@ def test_sigterm_stops_a_ray_run_with_a_checkpoint_and_no_traceback(cluster, tmp
 
 @NEEDS_RAY
 def test_a_lost_node_is_survived_when_the_cluster_has_room(cluster):
-    """A third node joins and is removed in the middle of a run: its tasks run again on the nodes
-    left, with the same results. (After the tests that count the CPUs.)"""
+    """A second node joins and is removed in the middle of a run: its tasks run again on the
+    head, with the same results."""
     node = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     jobs = [("train", k) for k in range(64)]  # about a second of episodes: the node goes mid-run
@@ -112,4 +113,4 @@ def test_a_lost_node_is_survived_when_the_cluster_has_room(cluster):
     after = ars.run_jobs(pool, args, params, jobs)  # the lost node's tasks run on the others
     timer.join()
     assert all(after[k][0][:3] == before[k][0][:3] for k in range(64))
-    assert len(ray.nodes()) == 3 and sum(n["Alive"] for n in ray.nodes()) == 2
+    assert len(ray.nodes()) == 2 and sum(n["Alive"] for n in ray.nodes()) == 1
