@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 from conftest import ROOT
-from test_ray import ES_TINY, NEEDS_RAY, parse
+from test_ray import ES_TINY, NEEDS_RAY, parse, pytestmark  # noqa: F401 (no cluster on Windows)
 
 import ars
 import es_openai as eo
@@ -21,9 +21,6 @@ try:
 except ImportError:
     ray = None
 NODES = 1  # the cluster's head alone; the lost node's test adds one
-pytestmark = pytest.mark.skipif(  # Ray's multi-node test cluster (cluster_utils): Linux and macOS
-    sys.platform == "win32", reason="Ray's test cluster does not run on Windows"
-)
 
 
 def crash_in_iteration_3(args, params, kind, k, job=ars.job):  # its worker dies in iteration 3
