@@ -39,7 +39,7 @@ def pytest_configure(config):
 
 def pytest_xdist_auto_num_workers(config):
     """-n auto (pyproject.toml): a worker more than the cores, as the Ray and command-line tests
-    wait on processes starting (2 cores: 56 s, against 60 with 2 workers)."""
+    wait on processes starting (2 cores: 49-58 s, against 57-61 s with 2 workers)."""
     if not os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):  # (that one says how many)
         cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         return (len(cores) if cores else os.cpu_count() or 1) + 1

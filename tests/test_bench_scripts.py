@@ -16,6 +16,7 @@ CASES = [
     ("throughput.py", ["ars.py", "--repeats", "0"], "--repeats must be at least 1"),
     ("throughput.py", ["es_openai.py", "--env", "NoSuch-v0"], "`NoSuch` doesn't exist"),
     ("results_csv.py", ["--append", "no/such/run"], "'no/such/run' holds no progress.csv"),
+    ("tables.py", ["--curves", "no_such.csv"], "no docs/results/no_such.csv"),
     ("es_openai_memory.py", ["--bogus"], "es_openai.py: error: unrecognized arguments: --bogus"),
 ]
 

@@ -37,6 +37,9 @@ def main():
     argv = sys.argv[1:] or ["--env", "HalfCheetah-v5", "--iterations", "3"]
     if argv[0] in ("-h", "--help"):
         sys.exit(print(__doc__.strip()))
+    if not os.path.exists("/proc/self/smaps_rollup"):  # elsewhere every PSS would read 0
+        print("es_openai_memory.py: error: needs Linux's /proc/PID/smaps_rollup", file=sys.stderr)
+        sys.exit(2)
     peak, processes = 0, 0
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, os.path.join(ROOT, "es_openai.py"), *argv, "--out-dir", out]

@@ -123,6 +123,7 @@ def row(run_dir: str, variant: str = None) -> dict:
     play = played.exists() and re.search(
         r"mean return (\S+) \+- (\S+) over (\d+) episodes", played.read_text()
     )
+    play = play.groups() if play else ("", "", "")  # the mean, its std, the episodes
     last = rows[-1]
     return dict(
         script=f"{script}.py",
@@ -141,9 +142,7 @@ def row(run_dir: str, variant: str = None) -> dict:
         **{f"reached_{k}": reached.get(k, "") for k in ("iteration", "episodes", "env_steps")},
         reached_wall_time_s=reached.get("wall_time_s", ""),
         confirm_return=reached.get("confirm_return_mean", "").replace("nan", ""),
-        play_return=play.group(1) if play else "",
-        play_std=play.group(2) if play else "",
-        play_episodes=play.group(3) if play else "",
+        **dict(zip(("play_return", "play_std", "play_episodes"), play)),
         best_eval=round(best[1], 2) if evals else "",
         best_eval_iteration=best[0].get("iteration", ""),
         iterations=last["iteration"],

@@ -27,10 +27,13 @@ BLOCK = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- end table -->)", re.S)
 SAME = "reached_iteration reached_env_steps best_eval best_eval_iteration env_steps".split()
 # The papers' figures: ARS's Table 1 (episodes of V2-t to the threshold), ES's Table 3 (env steps
 # to TRPO's score after 5 M steps).
-ARS_TABLE_1 = {"Swimmer-v5": "427", "Hopper-v5": "1,973", "HalfCheetah-v5": "1,707"}
-ES_TABLE_3 = {"HalfCheetah-v5": "2.88", "Hopper-v5": "31.60", "Swimmer-v5": "1.39"}
-PAPER = {("ars.py", env): f"{n} episodes (Table 1, V2-t)" for env, n in ARS_TABLE_1.items()}
-PAPER |= {("es_openai.py", env): f"{n} M steps (Table 3)" for env, n in ES_TABLE_3.items()}
+ARS_TABLE_1 = {"Swimmer-v5": 427, "Hopper-v5": 1973, "HalfCheetah-v5": 1707}
+ES_TABLE_3 = {"HalfCheetah-v5": 2.88e6, "Hopper-v5": 31.6e6, "Swimmer-v5": 1.39e6}
+PAPER = {("ars.py", env): f"{n:,} episodes (Table 1, V2-t)" for env, n in ARS_TABLE_1.items()}
+PAPER |= {
+    ("es_openai.py", env): f"{n / 1e6:.2f} M steps (Table 3)" for env, n in ES_TABLE_3.items()
+}
+EPISODES = ("reached_episodes", "episodes")  # the column and unit of a count of episodes
 
 
 def read(name: str, **match) -> list:
@@ -142,15 +145,17 @@ def record(name: str, column="reached_env_steps", unit="steps") -> list:
     grouped = groups(read(name), "env", "variant", "flags")
     for (where, env, variant, flags), group in sorted(grouped.items(), key=lambda g: g[0][1]):
         best = sorted(float(r["best_eval"]) for r in group)
+        best_range = f" ({best[0]:.1f} to {best[-1]:.1f})" if len(best) > 1 else ""
         fresh = [float(r["play_return"]) for r in group if r["play_return"]]
-        fresh = f"{statistics.median(fresh):.1f} of {len(fresh)}" if fresh else "not played"
+        runs = f"{len(fresh)} run{'s' if len(fresh) > 1 else ''}"
+        fresh = f"{statistics.median(fresh):.1f} ({runs})" if fresh else "not played"
         paper = PAPER.get((group[0]["script"], env))
         setting = ": ".join([variant or "default", flags] if flags else [variant or "default"])
         lines.append(
             f"| {env} ({float(group[0]['target']):g}{'; the paper: ' + paper if paper else ''}) | "
             f"{setting} | {where} ({when(group)}) | {spans([seed(r) for r in group])} | "
             f"{to_target(group, column, unit)} | {sum(bool(r[column]) for r in group)} of "
-            f"{len(group)} | {statistics.median(best):.1f}{spread(best)} | "
+            f"{len(group)} | {statistics.median(best):.1f}{best_range} | "
             f"{fresh} | {sum(bool(curve(r)) for r in group)} |"
         )
     return lines + ["", same_runs(grouped)]
@@ -175,10 +180,6 @@ def same_runs(grouped: dict) -> str:
     if not said:
         return "No setting ran one seed on two hosts."
     return f"Rows of one setting on two hosts, in {', '.join(SAME)}: " + "; ".join(said) + "."
-
-
-def spread(values: list) -> str:
-    return f" ({values[0]:.1f} to {values[-1]:.1f})" if len(values) > 1 else ""
 
 
 def largest_group(rows: list) -> list:
@@ -214,9 +215,6 @@ def es_openai_tasks() -> list:
         name = f"`python es_openai.py --env {env}`, to {float(rows[0]['target']):g}"
         tasks.append((name, PAPER["es_openai.py", env], rows, "reached_env_steps", "steps"))
     return tasks
-
-
-EPISODES = ("reached_episodes", "episodes")
 
 
 def glance() -> list:
@@ -283,13 +281,12 @@ def ars_triples() -> list:
         "|---|---|---|---|---|",
     ]
     for env in ("HalfCheetah-v5", "Hopper-v5", "Swimmer-v5"):
-        paper = PAPER["ars.py", env]
         rows = largest_group(read("ars_mujoco.csv", env=env, variant="avx512"))
         values = [float(r["reached_episodes"] or math.inf) for r in rows]
-        c = triple_counts(values, float(paper.split()[0].replace(",", "")))
+        c = triple_counts(values, ARS_TABLE_1[env])
         n, t = len(values), c["triples"]
         lines.append(
-            f"| {env} ({paper.split()[0]}) | {n} | {c['single']} ({c['single'] / n:.0%}) | "
+            f"| {env} ({ARS_TABLE_1[env]:,}) | {n} | {c['single']} ({c['single'] / n:.0%}) | "
             f"{c['median']:,} of {t:,} ({c['median'] / t:.0%}) | {c['average']:,} of {t:,} "
             f"({c['average'] / t:.0%}) |"
         )
@@ -369,11 +366,10 @@ def memory() -> list:
     """results/README.md: every run of es_openai_memory.py, the peak PSS of all processes."""
     lines = ["| script | options | peak PSS | processes | host, day |", "|---|---|---|---|---|"]
     for r in read("memory.csv"):
-        if "8f57846" not in r["script"]:  # (not the code before the rewrite, measured beside it)
-            lines.append(
-                f"| {r['script']} | `{r['options']}` | {float(r['peak_pss_gib']):.2f} GiB | "
-                f"{r['processes']} | {host(r)}, {r['date'][:10]} |"
-            )
+        lines.append(
+            f"| {r['script']} | `{r['options']}` | {float(r['peak_pss_gib']):.2f} GiB | "
+            f"{r['processes']} | {host(r)}, {r['date'][:10]} |"
+        )
     return lines
 
 
@@ -406,13 +402,12 @@ TABLES |= dict(  # a study page's compact table; the record of a CSV; throughput
     ars_generic=lambda: record("ars_generic.csv", *EPISODES),
     ars_bipedalwalker_screens=lambda: record("ars_bipedalwalker.csv"),
     es_openai_anchors=lambda: record("es_openai_mujoco.csv"),
-    throughput_ars=lambda: [
-        throughput("ars.py", "HalfCheetah-v5"),
-        "",
-        throughput("ars.py", "BipedalWalker-v3"),
-    ],
+    throughput_ars=lambda: ["\n\n".join(throughput("ars.py", e) for e in WALK_AND_RUN)],
     throughput_es_openai=lambda: [throughput("es_openai.py", "HalfCheetah-v5")],
 )
+
+
+WALK_AND_RUN = ("HalfCheetah-v5", "BipedalWalker-v3")  # ars.py's two throughput tasks
 
 
 def relink(body: str, page: str) -> str:
@@ -445,6 +440,8 @@ def main():
     p.add_argument("--curves", metavar="CSV", help="print the curves/ folders of its rows instead")
     a = p.parse_args()
     if a.curves:  # (of the newest row of each seed of each setting, as the record tables count)
+        if not os.path.isfile(os.path.join(ROOT, "docs", "results", a.curves)):
+            p.exit(2, f"tables.py: error: no docs/results/{a.curves}\n")
         rows = groups(read(a.curves), "env", "variant", "flags").values()
         return print("\n".join(filter(None, (curve(r) for g in rows for r in g))))
     stale = []

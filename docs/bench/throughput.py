@@ -12,7 +12,7 @@ and split over two processes; the training with 1 worker and with 2; and the 1-w
 again with the bare loop running beside it on the other core (paired: what the host does to both
 cores at once cancels out of that ratio). A training's rate is its own steps_per_s (the rollouts
 and the update) over every iteration but the first, which also makes the workers' environments.
-Each repetition appends its rows to docs/results/throughput.csv. Linux (the workers are forked).
+Each repetition appends its rows to docs/results/throughput.csv. Linux and macOS: workers fork.
 """
 
 import argparse
@@ -145,6 +145,8 @@ def main():
     a = p.parse_args()
     if a.repeats < 1:
         p.error("--repeats must be at least 1")
+    if "fork" not in multiprocessing.get_all_start_methods():  # the workers inherit the recorder
+        p.error("needs the fork start method (Linux, macOS)")
     module = importlib.import_module(a.script[:-3])
     with contextlib.suppress(ImportError):  # MuJoCo's settotalmass warning, in every worker too
         __import__("mujoco").set_mju_user_warning(lambda message: None)
@@ -154,6 +156,7 @@ def main():
             module.configure(module.parse(["--env", a.env]))
     except SystemExit:
         p.error(err.getvalue().strip().split("error: ", 1)[-1].removesuffix(" (see --help)"))
+    bench = f"throughput.py {a.script}"
     with tempfile.TemporaryDirectory() as folder:
         train(module, a.script, a.env, 1, record=folder)
         for repetition in range(1, a.repeats + 1):
@@ -162,9 +165,7 @@ def main():
             bare2 = bare(a.script, a.env, folder, 2)
             two = train(module, a.script, a.env, 2)
             one_beside, bare_beside = paired(module, a.script, a.env, folder)
-            here = dict(
-                machine(), bench=f"throughput.py {a.script}", env=a.env, repetition=repetition
-            )
+            here = dict(machine(), bench=bench, env=a.env, repetition=repetition, unit="steps/s")
             runs = [
                 ("bare loop, the training's episodes", 1, bare1),
                 (a.script, 1, one),
@@ -173,9 +174,7 @@ def main():
                 (f"{a.script} beside a bare loop", 1, one_beside),
                 (f"bare loop beside {a.script}", 1, bare_beside),
             ]
-            rows = [
-                dict(here, run=r, workers=w, value=round(v, 1), unit="steps/s") for r, w, v in runs
-            ]
+            rows = [dict(here, run=r, workers=w, value=round(v, 1)) for r, w, v in runs]
             append("throughput.csv", rows, THROUGHPUT)
             print(
                 f"repetition {repetition}: per-core ratio {one / bare1:.2f}, side by side "
